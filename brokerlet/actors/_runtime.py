@@ -1,0 +1,204 @@
+"""Pykka actors that run as greenlets on one gevent hub, without monkey patching.
+
+Pykka 4.5 keeps three runtime hooks on `pykka.Actor` (the inbox, the future
+and the loop starter). `GeventActor` fills them with gevent primitives:
+a `gevent.queue.SimpleQueue` inbox, a `GeventFuture` built on
+`gevent.event.AsyncResult`, and a named `gevent.Greenlet` running the loop.
+Every actor, future and caller must live on the same OS thread (one hub);
+gevent's queue and `AsyncResult` are not safe across threads.
+
+Pitfalls:
+
+- A `BaseException` escaping a handler stops *every* actor: Pykka's loop
+  only contains `Exception` per message and answers anything else with
+  `ActorRegistry.stop_all()`. `gevent.Timeout` is a `BaseException`, so
+  inside actors build it with `exception=False` (silent) or with an
+  `Exception` subclass; `timeout_after()` does the latter.
+- Never `Greenlet.kill()` an actor's greenlet. Killing it while idle leaves
+  a ref that still claims to be alive and never answers; killing it while busy
+  stops every actor as above. Use `ActorRef.stop()`.
+- Do not wait on `actor_stopped`: it is a real `threading.Event`, and waiting
+  on it blocks the whole hub. `ActorRef.stop(block=True)` waits on a
+  `GeventFuture` instead.
+- `tell()` never blocks on the unbounded inbox, so the inbox is no flow
+  control; use permits/credits for that.
+- There is no preemption: CPU-bound work or a blocking call that does not
+  cooperate with gevent stalls every actor; run it in the hub's thread pool.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import sys
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, cast
+
+import gevent
+import gevent.event
+import gevent.queue
+import pykka
+
+if TYPE_CHECKING:
+    from pykka._actor import ActorInbox
+    from pykka._future import GetHookFunc
+    from pykka._types import OptExcInfo
+
+__all__ = ["GeventActor", "GeventFuture", "HandlerTimeout", "timeout_after"]
+
+T = TypeVar("T")
+
+
+class _Outcome(NamedTuple, Generic[T]):
+    """What a future was resolved with: a value, or an exception triple."""
+
+    value: T | None = None
+    exc_info: OptExcInfo | None = None
+
+
+class GeventFuture(pykka.Future[T]):
+    """A `pykka.Future` that parks the calling greenlet instead of a thread.
+
+    Behaves like `pykka.ThreadingFuture`: setting a result twice, or setting
+    a result on a future that has a get-hook (and vice versa), raises
+    `queue.Full`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Holds an `_Outcome` once resolved; never anything else.
+        self._outcome = gevent.event.AsyncResult()
+
+    def get(self, *, timeout: float | None = None) -> T:
+        """Return the value, or raise the exception, this future holds.
+
+        Args:
+            timeout: seconds to wait; `None` waits forever.
+
+        Returns:
+            The value set on the future, or what its get-hook returns.
+
+        Raises:
+            pykka.Timeout: if `timeout` seconds pass without a result.
+        """
+        if self._get_hook is not None:
+            return super().get(timeout=timeout)
+        if timeout is not None:
+            timeout = max(timeout, 0.0)
+        # `wait` reports its own timeout by returning, so a `gevent.Timeout`
+        # raised here belongs to a caller's block and must propagate as is.
+        self._outcome.wait(timeout)
+        if not self._outcome.ready():
+            msg = f"{timeout} seconds"
+            raise pykka.Timeout(msg)
+        outcome: _Outcome[T] = self._outcome.value
+        if outcome.exc_info is not None:
+            _raise_exc_info(outcome.exc_info)
+        return cast("T", outcome.value)
+
+    def set(self, value: T | None = None) -> None:
+        """Resolve the future with `value` and wake every waiter.
+
+        Raises:
+            queue.Full: if the future is already resolved or has a get-hook.
+        """
+        self._ensure_settable()
+        self._outcome.set(_Outcome(value=value))
+
+    def set_exception(self, exc_info: OptExcInfo | None = None) -> None:
+        """Resolve the future with an exception; `get()` will raise it.
+
+        Args:
+            exc_info: a `sys.exc_info()` triple; by default the exception
+                being handled right now.
+
+        Raises:
+            queue.Full: if the future is already resolved or has a get-hook.
+            ValueError: if there is no exception to set.
+        """
+        if exc_info is None:
+            exc_info = sys.exc_info()
+        if exc_info[0] is None:
+            msg = "set_exception() needs an exception: none given and none being handled"
+            raise ValueError(msg)
+        self._ensure_settable()
+        self._outcome.set(_Outcome(exc_info=exc_info))
+
+    def set_get_hook(self, func: GetHookFunc[T]) -> None:
+        """Make `get()` return `func(timeout)` instead of a set value.
+
+        Raises:
+            queue.Full: if the future is already resolved.
+        """
+        if self._outcome.ready():
+            raise queue.Full
+        super().set_get_hook(func)
+
+    def _ensure_settable(self) -> None:
+        if self._outcome.ready() or self._get_hook is not None:
+            raise queue.Full
+
+
+def _raise_exc_info(exc_info: OptExcInfo) -> None:
+    """Re-raise a stored exception with the traceback it was stored with."""
+    exc_type, exc_value, exc_traceback = exc_info
+    if exc_value is None:
+        assert exc_type is not None  # set_exception() refuses an empty triple
+        exc_value = exc_type()
+    raise exc_value.with_traceback(exc_traceback)
+
+
+_greenlet_numbers = itertools.count()
+
+
+class GeventActor(pykka.Actor):
+    """A `pykka.Actor` whose loop runs in its own greenlet.
+
+    Attributes:
+        actor_greenlet: the greenlet running the actor loop, named after the
+            actor class; set by `start()`. Inspect it, never kill it.
+    """
+
+    actor_greenlet: gevent.Greenlet
+
+    @staticmethod
+    def _create_actor_inbox() -> ActorInbox:
+        # SimpleQueue, not Queue: since gevent 25.4.1 Queue tracks unfinished
+        # tasks, which an inbox never joins on.
+        inbox: ActorInbox = gevent.queue.SimpleQueue()
+        return inbox
+
+    @staticmethod
+    def _create_future() -> pykka.Future[Any]:
+        return GeventFuture()
+
+    def _start_actor_loop(self) -> None:
+        greenlet = gevent.Greenlet(self._actor_loop)
+        greenlet.name = f"{self.__class__.__name__}-{next(_greenlet_numbers)}"
+        self.actor_greenlet = greenlet
+        greenlet.start()
+
+
+class HandlerTimeout(Exception):  # noqa: N818
+    """Raised by `timeout_after()` when its time is up.
+
+    An ordinary `Exception`, so Pykka treats it as a failure of one message,
+    not as a reason to stop every actor.
+    """
+
+
+def timeout_after(seconds: float) -> gevent.Timeout:
+    """Return a `gevent.Timeout` that is safe to use inside an actor handler.
+
+    Use it as a context manager; when `seconds` pass inside the block, the
+    block is interrupted with `HandlerTimeout`:
+
+        with timeout_after(0.5):
+            reply = channel.read()
+
+    Args:
+        seconds: how long the block may run.
+
+    Returns:
+        An unstarted timeout; entering the `with` block starts it.
+    """
+    return gevent.Timeout(seconds, HandlerTimeout(f"{seconds} seconds"))

@@ -1,0 +1,504 @@
+"""The connection actor: protocol state of one client connection.
+
+Its reader greenlet (:mod:`brokerlet.transport.server`) decodes what arrives and sends one
+:class:`Received` per chunk of frames; this actor handles the commands in order. Replies go
+straight to the connection's channel. SENDs of one chunk become one append message per
+producer; FLOWs are completed here, on the consumer's own permit accounting.
+
+Control-plane requests (PRODUCER, SUBSCRIBE, closes) ask the broker, topic and dispatcher
+actors and wait for the answer: the client waits for our reply before it uses the producer or
+consumer, so nothing behind them is held up that the client has already sent for them. No
+other actor ever asks a connection actor, so these waits cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from brokerlet import __version__
+from brokerlet.actors._runtime import GeventActor
+from brokerlet.actors.consumer import ConnectionHandle, Consumer
+from brokerlet.actors.dispatcher import (
+    KEY_SHARED,
+    Ack,
+    AddConsumer,
+    Redeliver,
+    RemoveConsumer,
+)
+from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.topic import (
+    AddProducer,
+    Append,
+    Appended,
+    AppendItem,
+    GetLastEntry,
+    RemoveProducer,
+    Subscribe,
+)
+from brokerlet.config import Settings
+from brokerlet.storage.ledger import NewEntry
+from brokerlet.transport.protocol import (
+    PROTOCOL_VERSION,
+    Frame,
+    ProtocolError,
+    command_name,
+    decode_payload,
+    encode_command,
+    encode_send_receipt,
+    pb,
+)
+
+__all__ = ["ConnectionActor", "ConnectionLost", "Received", "valid_topic_name"]
+
+log = logging.getLogger(__name__)
+
+T = pb.BaseCommand
+_TOPIC_NAME = re.compile(r"^(persistent|non-persistent)://[^/\s]+/[^/\s]+/[^/\s]+$")
+_producer_names = itertools.count()
+
+
+def valid_topic_name(topic: str) -> bool:
+    """A fully qualified ``persistent://tenant/namespace/topic`` name (the client normalises)."""
+    return bool(_TOPIC_NAME.match(topic))
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    frames: list[Frame]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLost:
+    reason: str
+
+
+@dataclass(slots=True)
+class _Producer:
+    producer_id: int
+    name: str
+    topic: str
+    topic_ref: Any
+
+
+@dataclass(frozen=True, slots=True)
+class GetTopic:
+    """Asked of the broker actor: the topic's actor, created on first use."""
+
+    name: str
+
+
+class ConnectionActor(GeventActor):
+    """Protocol state of one connection: handshake, producers, consumers, commands."""
+
+    def __init__(
+        self,
+        *,
+        handle: ConnectionHandle,
+        broker: Any,  # pykka.ActorRef of the BrokerActor
+        settings: Settings,
+        advertised_url: str,
+        close_socket: Callable[[str], None],
+    ) -> None:
+        super().__init__()
+        self.handle = handle
+        self.peer = handle.peer
+        self.channel = handle.channel
+        self.broker = broker
+        self.settings = settings
+        self.advertised_url = advertised_url
+        self._close_socket = close_socket
+        self.connected = False
+        self.protocol_version = 0
+        self.producers: dict[int, _Producer] = {}
+        self.consumers: dict[int, Consumer] = {}
+        self._handlers: dict[int, Callable[[pb.BaseCommand], None]] = {
+            T.CONNECT: self._connect,
+            T.PING: self._ping,
+            T.PONG: lambda _: None,
+            T.PARTITIONED_METADATA: self._partitioned_metadata,
+            T.LOOKUP: self._lookup,
+            T.PRODUCER: self._producer,
+            T.CLOSE_PRODUCER: self._close_producer,
+            T.SUBSCRIBE: self._subscribe,
+            T.FLOW: self._flow,
+            T.ACK: self._ack,
+            T.REDELIVER_UNACKNOWLEDGED_MESSAGES: self._redeliver,
+            T.CLOSE_CONSUMER: self._close_consumer,
+            T.UNSUBSCRIBE: self._unsubscribe,
+            T.GET_LAST_MESSAGE_ID: self._get_last_message_id,
+        }
+
+    # Actor plumbing.
+
+    def on_receive(self, message: Any) -> None:
+        kind = message.__class__
+        if kind is Received:
+            self._received(message.frames)
+        elif kind is Appended:
+            self._appended(message)
+        elif kind is ConnectionLost:
+            self._lost(message.reason)
+
+    def on_failure(self, *_exc: object) -> None:
+        self._release_all()
+
+    def _send(self, command: pb.BaseCommand) -> None:
+        self.channel.write(encode_command(command))
+
+    def _disconnect(self, reason: str) -> None:
+        log.warning("closing connection from %s: %s", self.peer, reason)
+        self._close_socket(reason)
+
+    def _lost(self, reason: str) -> None:
+        log.info("connection from %s closed: %s", self.peer, reason)
+        self._release_all()
+        self.stop()
+
+    def _release_all(self) -> None:
+        self.handle.closed = True
+        self.handle.consumers = ()
+        for consumer in self.consumers.values():
+            self._dispatcher_of(consumer).tell(RemoveConsumer(consumer))
+        self.consumers.clear()
+        for producer in self.producers.values():
+            producer.topic_ref.tell(RemoveProducer(producer.name))
+        self.producers.clear()
+
+    # Commands.
+
+    def _received(self, frames: list[Frame]) -> None:
+        sends: list[tuple[pb.CommandSend, bytes]] = []
+        for frame in frames:
+            command = frame.command
+            kind = command.type
+            if kind == T.SEND:
+                if frame.payload is not None:
+                    sends.append((command.send, frame.payload))
+                continue
+            if sends:
+                if not self._sends(sends):
+                    return
+                sends = []
+            if not self.connected and kind != T.CONNECT:
+                self._disconnect(f"{command_name(kind)} before CONNECT")
+                return
+            handler = self._handlers.get(kind)
+            if handler is None:
+                log.warning("%s sent %s, which brokerlet does not support; ignored",
+                            self.peer, command_name(kind))
+                continue
+            try:
+                handler(command)
+            except _Disconnect as stop:
+                self._disconnect(str(stop))
+                return
+        if sends:
+            self._sends(sends)
+
+    def _connect(self, command: pb.BaseCommand) -> None:
+        if self.connected:
+            raise _Disconnect("a second CONNECT")
+        connect = command.connect
+        self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
+        self.connected = True
+        log.info("%s connected: %s, protocol %d", self.peer, connect.client_version,
+                 connect.protocol_version)
+        self._send(
+            T(
+                type=T.CONNECTED,
+                connected=pb.CommandConnected(
+                    server_version=f"brokerlet-{__version__}",
+                    protocol_version=self.protocol_version,
+                    max_message_size=self.settings.max_message_size,
+                ),
+            )
+        )
+
+    def _ping(self, _command: pb.BaseCommand) -> None:
+        self._send(T(type=T.PONG, pong=pb.CommandPong()))
+
+    def _partitioned_metadata(self, command: pb.BaseCommand) -> None:
+        request = command.partitioned_metadata
+        response = pb.CommandPartitionedTopicMetadataResponse(request_id=request.request_id)
+        if valid_topic_name(request.topic):
+            response.partitions = 0
+            response.response = pb.CommandPartitionedTopicMetadataResponse.Success
+        else:
+            response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
+            response.error = pb.InvalidTopicName
+            response.message = f"Invalid topic name {request.topic!r}"
+        self._send(T(type=T.PARTITIONED_METADATA_RESPONSE, partitioned_metadata_response=response))
+
+    def _lookup(self, command: pb.BaseCommand) -> None:
+        request = command.lookup
+        response = pb.CommandLookupTopicResponse(request_id=request.request_id)
+        if valid_topic_name(request.topic):
+            response.response = pb.CommandLookupTopicResponse.Connect
+            response.broker_service_url = self.advertised_url
+            response.authoritative = True
+        else:
+            response.response = pb.CommandLookupTopicResponse.Failed
+            response.error = pb.InvalidTopicName
+            response.message = f"Invalid topic name {request.topic!r}"
+        self._send(T(type=T.LOOKUP_RESPONSE, lookup_response=response))
+
+    def _error(self, request_id: int, code: int, message: str) -> None:
+        self._send(
+            T(type=T.ERROR, error=pb.CommandError(request_id=request_id, error=code, message=message))
+        )
+
+    def _success(self, request_id: int) -> None:
+        self._send(T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request_id)))
+
+    def _topic(self, name: str) -> Any:
+        return self.broker.ask(GetTopic(name))
+
+    # Producers.
+
+    def _producer(self, command: pb.BaseCommand) -> None:
+        request = command.producer
+        existing = self.producers.get(request.producer_id)
+        if existing is not None:
+            if existing.topic == request.topic:
+                self._producer_success(request.request_id, existing.name)
+            else:
+                self._error(request.request_id, pb.ProducerBusy,
+                            f"Producer id {request.producer_id} is in use on this connection")
+            return
+        if not valid_topic_name(request.topic):
+            self._error(request.request_id, pb.InvalidTopicName,
+                        f"Invalid topic name {request.topic!r}")
+            return
+        if request.HasField("producer_access_mode") and request.producer_access_mode != 0:
+            self._error(request.request_id, pb.NotAllowedError,
+                        "brokerlet supports only the Shared producer access mode")
+            return
+        name = request.producer_name or f"brokerlet-{next(_producer_names)}"
+        topic_ref = self._topic(request.topic)
+        try:
+            topic_ref.ask(AddProducer(name, self.peer))
+        except BrokerError as error:
+            self._error(request.request_id, error.code, error.message)
+            return
+        self.producers[request.producer_id] = _Producer(request.producer_id, name, request.topic,
+                                                        topic_ref)
+        self._producer_success(request.request_id, name)
+
+    def _producer_success(self, request_id: int, name: str) -> None:
+        self._send(
+            T(
+                type=T.PRODUCER_SUCCESS,
+                producer_success=pb.CommandProducerSuccess(
+                    request_id=request_id, producer_name=name, last_sequence_id=-1
+                ),
+            )
+        )
+
+    def _close_producer(self, command: pb.BaseCommand) -> None:
+        request = command.close_producer
+        producer = self.producers.pop(request.producer_id, None)
+        if producer is not None:
+            producer.topic_ref.tell(RemoveProducer(producer.name))
+        self._success(request.request_id)
+
+    def _sends(self, sends: list[tuple[pb.CommandSend, bytes]]) -> bool:
+        """Append a chunk of SENDs, one message per run of the same producer."""
+        producer: _Producer | None = None
+        items: list[AppendItem] = []
+        for send, payload in sends:
+            if producer is None or send.producer_id != producer.producer_id:
+                if producer is not None:
+                    producer.topic_ref.tell(Append(self.actor_ref, producer.producer_id, items))
+                    items = []
+                producer = self.producers.get(send.producer_id)
+                if producer is None:
+                    self._disconnect(f"SEND for unknown producer {send.producer_id}")
+                    return False
+            try:
+                section = decode_payload(payload)
+            except ProtocolError as error:
+                self._disconnect(f"malformed SEND payload: {error.reason}")
+                return False
+            highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else send.sequence_id
+            entry = None
+            if section.checksum_ok:
+                entry = NewEntry(section.entry, section.checksum, send.num_messages or 1)
+            else:
+                log.warning("%s: checksum mismatch on SEND %d of producer %s", self.peer,
+                            send.sequence_id, producer.name)
+            items.append(AppendItem(send.sequence_id, highest, entry))
+        if producer is not None and items:
+            producer.topic_ref.tell(Append(self.actor_ref, producer.producer_id, items))
+        return True
+
+    def _appended(self, message: Appended) -> None:
+        if message.producer_id not in self.producers:
+            return  # closed meanwhile; the client stopped waiting for receipts
+        producer_id = message.producer_id
+        frames = []
+        for receipt in message.receipts:
+            if receipt.error is None:
+                frames.append(
+                    encode_send_receipt(producer_id, receipt.sequence_id,
+                                        receipt.highest_sequence_id, receipt.ledger_id,
+                                        receipt.entry_id)
+                )
+            else:
+                frames.append(
+                    encode_command(
+                        T(
+                            type=T.SEND_ERROR,
+                            send_error=pb.CommandSendError(
+                                producer_id=producer_id,
+                                sequence_id=receipt.sequence_id,
+                                error=receipt.error,
+                                message=receipt.message,
+                            ),
+                        )
+                    )
+                )
+        self.channel.write(frames)
+
+    # Consumers.
+
+    def _dispatcher_of(self, consumer: Consumer) -> Any:
+        assert consumer.read_gate is not None
+        return consumer.read_gate.actor_ref
+
+    def _subscribe(self, command: pb.BaseCommand) -> None:
+        request = command.subscribe
+        request_id = request.request_id
+        if request.consumer_id in self.consumers:
+            self._error(request_id, pb.ConsumerBusy,
+                        f"Consumer id {request.consumer_id} is in use on this connection")
+            return
+        if not valid_topic_name(request.topic):
+            self._error(request_id, pb.InvalidTopicName, f"Invalid topic name {request.topic!r}")
+            return
+        if request.sub_type == KEY_SHARED:
+            self._error(request_id, pb.NotAllowedError,
+                        "Key_Shared subscriptions are not supported by brokerlet yet")
+            return
+        durable = request.durable if request.HasField("durable") else True
+        start = None
+        if request.HasField("start_message_id"):
+            start = (request.start_message_id.ledger_id, request.start_message_id.entry_id)
+        topic_ref = self._topic(request.topic)
+        dispatcher = topic_ref.ask(
+            Subscribe(request.subscription, request.sub_type, durable,
+                      request.initial_position, start)
+        )
+        consumer = Consumer(
+            consumer_id=request.consumer_id,
+            name=request.consumer_name or f"consumer-{request.consumer_id}",
+            topic=request.topic,
+            subscription=request.subscription,
+            sub_type=request.sub_type,
+            priority=request.priority_level,
+            connection=self.handle,
+        )
+        try:
+            dispatcher.ask(AddConsumer(consumer))
+        except BrokerError as error:
+            self._error(request_id, error.code, error.message)
+            return
+        except pykka.ActorDeadError:
+            self._error(request_id, pb.ServiceNotReady, "Subscription is closing, retry")
+            return
+        self.consumers[request.consumer_id] = consumer
+        self.handle.consumers = tuple(self.consumers.values())
+        self._success(request_id)
+
+    def _consumer(self, consumer_id: int, what: str) -> Consumer | None:
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            log.warning("%s sent %s for unknown consumer %d; ignored", self.peer, what, consumer_id)
+        return consumer
+
+    def _flow(self, command: pb.BaseCommand) -> None:
+        flow = command.flow
+        consumer = self._consumer(flow.consumer_id, "FLOW")
+        if consumer is not None:
+            consumer.flow(flow.message_permits)
+
+    def _ack(self, command: pb.BaseCommand) -> None:
+        ack = command.ack
+        consumer = self._consumer(ack.consumer_id, "ACK")
+        if consumer is None:
+            return
+        # An id with an ack_set acknowledges only part of a batch: the entry stays unacked.
+        positions = [(m.ledger_id, m.entry_id) for m in ack.message_id if not m.ack_set]
+        if positions:
+            cumulative = ack.ack_type == pb.CommandAck.Cumulative
+            self._dispatcher_of(consumer).tell(Ack(consumer, positions, cumulative))
+
+    def _redeliver(self, command: pb.BaseCommand) -> None:
+        request = command.redeliver_unacknowledged_messages
+        consumer = self._consumer(request.consumer_id, "REDELIVER_UNACKNOWLEDGED_MESSAGES")
+        if consumer is None:
+            return
+        positions = [(m.ledger_id, m.entry_id) for m in request.message_ids] or None
+        self._dispatcher_of(consumer).tell(Redeliver(consumer, positions))
+
+    def _close_consumer(self, command: pb.BaseCommand) -> None:
+        request = command.close_consumer
+        consumer = self.consumers.pop(request.consumer_id, None)
+        if consumer is not None:
+            self.handle.consumers = tuple(self.consumers.values())
+            self._remove(consumer, unsubscribe=False)
+        self._success(request.request_id)
+
+    def _unsubscribe(self, command: pb.BaseCommand) -> None:
+        request = command.unsubscribe
+        consumer = self.consumers.get(request.consumer_id)
+        if consumer is None:
+            self._error(request.request_id, pb.ConsumerNotFound,
+                        f"Consumer {request.consumer_id} not found")
+            return
+        try:
+            self._remove(consumer, unsubscribe=True)
+        except BrokerError as error:
+            self._error(request.request_id, error.code, error.message)
+            return
+        del self.consumers[request.consumer_id]
+        self.handle.consumers = tuple(self.consumers.values())
+        self._success(request.request_id)
+
+    def _remove(self, consumer: Consumer, *, unsubscribe: bool) -> None:
+        try:
+            self._dispatcher_of(consumer).ask(RemoveConsumer(consumer, unsubscribe=unsubscribe))
+        except pykka.ActorDeadError:
+            pass
+
+    def _get_last_message_id(self, command: pb.BaseCommand) -> None:
+        request = command.get_last_message_id
+        consumer = self.consumers.get(request.consumer_id)
+        if consumer is None:
+            self._error(request.request_id, pb.ConsumerNotFound,
+                        f"Consumer {request.consumer_id} not found")
+            return
+        topic_ref = self._topic(consumer.topic)
+        ledger_id, last = topic_ref.ask(GetLastEntry())
+        dispatcher = self._dispatcher_of(consumer)
+        mark_delete = dispatcher.proxy().cursor.get().mark_delete
+        response = pb.CommandGetLastMessageIdResponse(request_id=request.request_id)
+        if last < 0:
+            response.last_message_id.ledger_id = 2**64 - 1
+            response.last_message_id.entry_id = 2**64 - 1
+        else:
+            response.last_message_id.ledger_id = ledger_id
+            response.last_message_id.entry_id = last
+        response.consumer_mark_delete_position.ledger_id = ledger_id
+        response.consumer_mark_delete_position.entry_id = mark_delete if mark_delete >= 0 else 2**64 - 1
+        self._send(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, get_last_message_id_response=response))
+
+
+class _Disconnect(Exception):
+    """Raised by a command handler when the peer broke the protocol."""

@@ -1,0 +1,152 @@
+"""Consumers and their permit accounting.
+
+A :class:`Consumer` is shared by two actors: the connection actor that received its SUBSCRIBE
+and FLOWs, and the dispatcher actor of its subscription. They touch disjoint parts:
+
+* the connection actor calls :meth:`Consumer.flow`;
+* the dispatcher owns ``pending`` and ``unacked`` and calls :meth:`Consumer.debit`,
+  :meth:`Consumer.attach` and :meth:`Consumer.detach`.
+
+Permits are the one field both write. They live behind the consumer's own small lock, and the
+dispatcher's total is a :class:`PermitTotal` that every writer updates atomically, so a FLOW
+reaches the total at once, without queueing behind the dispatcher's mailbox (DESIGN.md, "Flow").
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from brokerlet.actors._conflate import ConflatedTell
+    from brokerlet.transport.channel import Channel
+
+__all__ = ["ConnectionHandle", "Consumer", "PermitTotal"]
+
+
+class PermitTotal:
+    """A dispatcher's total of its consumers' permits, updated atomically by every writer.
+
+    The total may go negative and is never clamped: it equals the sum of the accounted
+    consumers' balances at every quiescent point.
+    """
+
+    __slots__ = ("_lock", "_value")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value = 0
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+    def add(self, delta: int) -> int:
+        with self._lock:
+            self._value += delta
+            return self._value
+
+
+@dataclass(eq=False)
+class ConnectionHandle:
+    """What other actors may know of a connection: its channel, its event loop and its consumers.
+
+    ``consumers`` is replaced as a whole by the connection actor (one reference assignment), so
+    the event loop can walk it on a writable event without taking any lock.
+    """
+
+    peer: str
+    channel: Channel
+    event_loop: Any  # pykka.ActorRef of the EventLoopActor that owns this channel's I/O tasks
+    consumers: tuple[Consumer, ...] = ()
+    closed: bool = False
+    writable_notice: ConflatedTell | None = None  # WritabilityChanged to ``event_loop``, conflated
+
+    def channel_writability_changed(self, writable: bool) -> None:
+        """The channel's callback; runs on the I/O path, so it only queues a notification."""
+        if writable and self.writable_notice is not None:
+            self.writable_notice.request()
+
+
+@dataclass(eq=False)
+class Consumer:
+    """One consumer of a subscription, as the broker sees it."""
+
+    consumer_id: int
+    name: str
+    topic: str
+    subscription: str
+    sub_type: int
+    priority: int
+    connection: ConnectionHandle
+    read_gate: ConflatedTell | None = None  # the dispatcher's conflated read request
+
+    # Dispatcher-owned state.
+    pending: dict[int, int] = field(default_factory=dict)  # entry id -> messages unacked
+    unacked: int = 0
+    msg_out: int = 0
+
+    # Permit accounting, behind _lock.
+    _permits: int = 0
+    _total: PermitTotal | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def permits(self) -> int:
+        return self._permits
+
+    @property
+    def accounted(self) -> bool:
+        """True from :meth:`attach` until :meth:`detach`: the dispatcher counts this consumer's flow."""
+        return self._total is not None
+
+    @property
+    def writable(self) -> bool:
+        return self.connection.channel.writable
+
+    def flow(self, permits: int) -> None:
+        """Add FLOW permits, to the dispatcher's total too while accounted; request a read.
+
+        Runs on the connection actor that received the FLOW.
+        """
+        with self._lock:
+            self._permits += permits
+            if self._total is not None:
+                self._total.add(permits)
+        if self.read_gate is not None:
+            self.read_gate.request()
+
+    def debit(self, messages: int) -> None:
+        """Charge ``messages`` dispatched to this consumer (may go negative)."""
+        with self._lock:
+            self._permits -= messages
+            if self._total is not None:
+                self._total.add(-messages)
+
+    def attach(self, total: PermitTotal, read_gate: ConflatedTell) -> None:
+        """Start accounting: the balance so far joins the dispatcher's total."""
+        with self._lock:
+            self.read_gate = read_gate
+            self._total = total
+            total.add(self._permits)
+
+    def detach(self) -> bool:
+        """Stop accounting and debit this consumer's balance from the total.
+
+        Returns False when the consumer was not accounted (a second removal), so callers
+        release its unacked count only once.
+        """
+        with self._lock:
+            total = self._total
+            if total is None:
+                return False
+            self._total = None
+            total.add(-self._permits)
+            return True
+
+    def __repr__(self) -> str:
+        return (
+            f"Consumer({self.consumer_id}, {self.name!r}, {self.topic} / {self.subscription}, "
+            f"peer={self.connection.peer})"
+        )

@@ -1,0 +1,532 @@
+"""The dispatcher: one actor per subscription.
+
+It owns the subscription's delivery state: the cursor (acknowledgements), the read position,
+the replay set (entries to deliver again), each consumer's pending entries, and the conflated
+read loop. One pass of the loop (:meth:`DispatcherActor._read_more`):
+
+1. take the read request (the gate re-arms, so any later request queues exactly one more pass);
+2. stop if a read is already pending, or no consumer can take anything
+   (``max(total permits, first available consumer's permits) <= 0``);
+3. read the replay set first, else up to ``dispatcher_max_read_batch_size`` new entries from the
+   topic; at the end of the ledger that read waits for the next append (a long poll);
+4. on completion, hand the entries out (round-robin for Shared, the active consumer for
+   Exclusive/Failover), one event-loop message per consumer batch; entries nobody could take go
+   to the replay set; then read again at once if anything went out.
+
+Wake-ups: FLOW, a consumer added or removed, acks moving entries, redelivery, a consumer's
+write completion, a writable channel, the retry timer and the long poll.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gevent
+from sortedcontainers import SortedSet
+
+from brokerlet.actors._conflate import ConflatedTell
+from brokerlet.actors._runtime import GeventActor
+from brokerlet.actors.consumer import Consumer, PermitTotal
+from brokerlet.actors.errors import BrokerError
+from brokerlet.config import Settings
+from brokerlet.storage.cursor import Cursor
+from brokerlet.storage.ledger import Entry
+from brokerlet.transport.protocol import pb
+
+__all__ = [
+    "Ack",
+    "AddConsumer",
+    "DispatcherActor",
+    "EntriesRead",
+    "ReadMore",
+    "Redeliver",
+    "RemoveConsumer",
+    "SendMessages",
+]
+
+log = logging.getLogger(__name__)
+
+SHARED = pb.CommandSubscribe.Shared
+EXCLUSIVE = pb.CommandSubscribe.Exclusive
+FAILOVER = pb.CommandSubscribe.Failover
+KEY_SHARED = pb.CommandSubscribe.Key_Shared
+SUB_TYPE_NAMES = {SHARED: "Shared", EXCLUSIVE: "Exclusive", FAILOVER: "Failover", KEY_SHARED: "Key_Shared"}
+
+
+# Messages handled by the dispatcher.
+
+
+class ReadMore:
+    """The conflated read request (a singleton per dispatcher, see :class:`ConflatedTell`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AddConsumer:
+    consumer: Consumer
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveConsumer:
+    consumer: Consumer
+    unsubscribe: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EntriesRead:
+    read_id: int
+    entries: list[Entry] | BaseException
+    replay: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    consumer: Consumer
+    positions: Sequence[tuple[int, int]]  # (ledger id, entry id)
+    cumulative: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Redeliver:
+    consumer: Consumer
+    positions: Sequence[tuple[int, int]] | None  # None: every entry pending on the consumer
+
+
+@dataclass(frozen=True, slots=True)
+class GetStats:
+    pass
+
+
+# Message sent to a connection's event loop: one per consumer batch.
+
+
+@dataclass(frozen=True, slots=True)
+class SendMessages:
+    consumer: Consumer
+    entries: list[Entry]
+    redelivery_counts: list[int]
+    on_complete: Callable[[], object]
+
+
+class DispatcherActor(GeventActor):
+    """Dispatch for one subscription (Shared, Exclusive or Failover)."""
+
+    def __init__(
+        self,
+        *,
+        topic: Any,  # pykka.ActorRef of the TopicActor
+        topic_name: str,
+        ledger_id: int,
+        name: str,
+        sub_type: int,
+        durable: bool,
+        cursor: Cursor,
+        read_position: int,
+        settings: Settings,
+    ) -> None:
+        super().__init__()
+        self.topic = topic
+        self.topic_name = topic_name
+        self.ledger_id = ledger_id
+        self.name = name
+        self.sub_type = sub_type
+        self.durable = durable
+        self.cursor = cursor
+        self.read_position = read_position
+        self.settings = settings
+
+        self.consumers: list[Consumer] = []
+        self.active: Consumer | None = None  # Exclusive/Failover only
+        self.total_permits = PermitTotal()
+        self.replay: SortedSet = SortedSet()
+        self.redelivery_counts: dict[int, int] = {}
+        self.pending_owner: dict[int, Consumer] = {}
+        self.msg_out = 0
+        self.bytes_out = 0
+
+        self._read_id = 0
+        self._pending_read: str | None = None  # None, "normal" or "replay"
+        self._next_index = 0  # round-robin position
+        self._backoff_ms = 0.0
+        self._retry: gevent.Greenlet | None = None
+        self._gate: ConflatedTell | None = None
+        self._handlers: dict[type, Callable[[Any], Any]] = {
+            ReadMore: self._read_more,
+            EntriesRead: self._entries_read,
+            Ack: self._ack,
+            Redeliver: self._redeliver,
+            AddConsumer: self._add_consumer,
+            RemoveConsumer: self._remove_consumer,
+            GetStats: lambda _: self.stats(),
+        }
+
+    # Actor plumbing.
+
+    def on_start(self) -> None:
+        self._gate = ConflatedTell(self.actor_ref, ReadMore())
+
+    def on_stop(self) -> None:
+        if self._retry is not None:
+            self._retry.kill(block=False)
+
+    def on_receive(self, message: Any) -> Any:
+        if message.__class__ is ReadMore:
+            return self._read_more(message)
+        return self._handlers[type(message)](message)
+
+    @property
+    def gate(self) -> ConflatedTell:
+        assert self._gate is not None
+        return self._gate
+
+    # Membership.
+
+    def _add_consumer(self, message: AddConsumer) -> None:
+        consumer = message.consumer
+        if self.consumers:
+            if consumer.sub_type != self.sub_type:
+                raise BrokerError.consumer_busy(
+                    f"Subscription {self.name!r} is of a different type "
+                    f"({SUB_TYPE_NAMES.get(self.sub_type, self.sub_type)})"
+                )
+            if self.sub_type == EXCLUSIVE:
+                raise BrokerError.consumer_busy(
+                    f"Exclusive consumer is already connected to subscription {self.name!r}"
+                )
+        else:
+            self.sub_type = consumer.sub_type
+        consumer.attach(self.total_permits, self.gate)
+        self.consumers.append(consumer)
+        if self.sub_type in (EXCLUSIVE, FAILOVER):
+            self._pick_active()
+        log.info("%s: added %r", self, consumer)
+        self.gate.request()
+
+    def _remove_consumer(self, message: RemoveConsumer) -> None:
+        consumer = message.consumer
+        if message.unsubscribe and any(c is not consumer for c in self.consumers):
+            raise BrokerError(
+                pb.MetadataError,
+                f"Subscription {self.name!r} has other connected consumers",
+            )
+        if not consumer.detach():
+            return  # removed already: its pending entries were released then
+        self.consumers.remove(consumer)
+        self._release_pending(consumer)
+        log.info("%s: removed %r", self, consumer)
+        if not self.consumers:
+            self._rewind()
+            if not self.durable or message.unsubscribe:
+                self.topic.tell(SubscriptionClosed(self.name, self.actor_ref))
+            return
+        if self.sub_type in (EXCLUSIVE, FAILOVER):
+            self._pick_active()
+        self._wake_for_replay()
+
+    def _pick_active(self) -> None:
+        # Failover on a non-partitioned topic: the lowest priority level wins, then the
+        # lowest consumer name, so every broker picks the same consumer.
+        previous = self.active
+        self.active = min(self.consumers, key=lambda c: (c.priority, c.name), default=None)
+        if previous is not None and previous is not self.active and previous in self.consumers:
+            # The old active consumer's unacked entries move to the new one.
+            self._release_pending(previous, count_redelivery=False)
+            self._wake_for_replay()
+
+    def _release_pending(self, consumer: Consumer, *, count_redelivery: bool = True) -> None:
+        for entry_id in consumer.pending:
+            self.pending_owner.pop(entry_id, None)
+            self.replay.add(entry_id)
+            if count_redelivery:
+                self.redelivery_counts[entry_id] = self.redelivery_counts.get(entry_id, 0) + 1
+        consumer.pending.clear()
+        consumer.unacked = 0
+
+    def _rewind(self) -> None:
+        """No consumer is left: forget the in-flight state and re-read from the mark-delete."""
+        self._cancel_pending_read()
+        self.replay.clear()
+        self.read_position = self.cursor.mark_delete + 1
+
+    # The read loop.
+
+    def _first_available(self) -> Consumer | None:
+        for consumer in self._candidates():
+            if consumer.permits > 0 and consumer.writable:
+                return consumer
+        return None
+
+    def _candidates(self) -> list[Consumer]:
+        if self.sub_type in (EXCLUSIVE, FAILOVER):
+            return [self.active] if self.active is not None else []
+        return self.consumers
+
+    def _read_more(self, _message: object) -> None:
+        self.gate.taken()
+        if self._pending_read is not None or not self.consumers:
+            return
+        first = self._first_available()
+        if first is None:
+            return  # a FLOW, a writable event or a completion will wake us
+        permits = max(self.total_permits.value, first.permits)
+        if permits <= 0:
+            return
+        batch = min(permits, self.settings.dispatcher_max_read_batch_size)
+        self._read_id += 1
+        while self.replay:
+            ids = [i for i in self.replay.islice(0, batch) if not self.cursor.is_acked(i)]
+            if ids:
+                self._pending_read = "replay"
+                self.topic.tell(ReadIds(self.name, self._read_id, ids, self.actor_ref))
+                return
+            del self.replay[:batch]
+        self._pending_read = "normal"
+        self.topic.tell(
+            ReadEntries(
+                self.name,
+                self._read_id,
+                self.read_position,
+                batch,
+                self.settings.dispatcher_max_read_size_bytes,
+                self.actor_ref,
+            )
+        )
+
+    def _cancel_pending_read(self) -> None:
+        if self._pending_read == "normal":
+            self.topic.tell(CancelRead(self.name, self._read_id))
+        self._pending_read = None
+        self._read_id += 1  # a completion already on its way is stale now
+
+    def _wake_for_replay(self) -> None:
+        """Entries joined the replay set: a long poll waiting for new entries must not hold them."""
+        if self.replay and self._pending_read == "normal":
+            self._cancel_pending_read()
+        self.gate.request()
+
+    def _entries_read(self, message: EntriesRead) -> None:
+        if message.read_id != self._read_id:
+            return  # cancelled
+        self._pending_read = None
+        entries = message.entries
+        if isinstance(entries, BaseException):
+            log.warning("%s: read failed: %s", self, entries)
+            self._retry_later(self.settings.dispatcher_read_failure_backoff_initial_time_ms)
+            return
+        if message.replay:
+            entries = [e for e in entries if e.entry_id in self.replay]
+        else:
+            if entries:
+                self.read_position = entries[-1].entry_id + 1
+            is_acked = self.cursor.is_acked
+            entries = [e for e in entries if not is_acked(e.entry_id)]
+        if not entries:
+            self.gate.request()
+            return
+        if self._send(entries, replay=message.replay):
+            self._backoff_ms = 0
+            self.gate.request()
+        elif any(c.writable for c in self._candidates()):
+            self._retry_with_backoff()
+        # else: nothing writable; the writable event requests the next read.
+
+    def _retry_with_backoff(self) -> None:
+        initial = self.settings.dispatcher_retry_backoff_initial_time_ms
+        ceiling = self.settings.dispatcher_retry_backoff_max_time_ms
+        self._backoff_ms = min(ceiling, max(initial, self._backoff_ms * 2))
+        self._retry_later(self._backoff_ms)
+
+    def _retry_later(self, delay_ms: float) -> None:
+        if self._retry is not None and not self._retry.dead:
+            return  # one timer at a time; it ends in a conflated request either way
+        if delay_ms <= 0:
+            self.gate.request()
+            return
+        self._retry = gevent.spawn_later(delay_ms / 1000.0, self.gate.request)
+
+    # Handing entries out.
+
+    def _send(self, entries: list[Entry], *, replay: bool) -> bool:
+        """Assign ``entries`` in order to consumers; the rest go to replay. True if any went out."""
+        index = 0
+        count = len(entries)
+        sent_any = False
+        single = self.sub_type in (EXCLUSIVE, FAILOVER)
+        chunk = count if single else self.settings.dispatcher_max_round_robin_batch_size
+        while index < count:
+            consumer = self._next_consumer()
+            if consumer is None:
+                break
+            budget = consumer.permits
+            batch: list[Entry] = []
+            messages = 0
+            while index < count and len(batch) < chunk and (messages < budget or not batch):
+                entry = entries[index]
+                batch.append(entry)
+                messages += entry.num_messages
+                index += 1
+            self._deliver(consumer, batch, messages)
+            sent_any = True
+        if index < count:
+            for entry in entries[index:]:
+                self.replay.add(entry.entry_id)
+        if replay:
+            for entry in entries[:index]:
+                self.replay.discard(entry.entry_id)
+        return sent_any
+
+    def _next_consumer(self) -> Consumer | None:
+        if self.sub_type in (EXCLUSIVE, FAILOVER):
+            active = self.active
+            if active is not None and active.permits > 0 and active.writable:
+                return active
+            return None
+        consumers = self.consumers
+        size = len(consumers)
+        for step in range(size):
+            consumer = consumers[(self._next_index + step) % size]
+            if consumer.permits > 0 and consumer.writable:
+                self._next_index = (self._next_index + step + 1) % size
+                return consumer
+        return None
+
+    def _deliver(self, consumer: Consumer, batch: list[Entry], messages: int) -> None:
+        counts = self.redelivery_counts
+        owner = self.pending_owner
+        pending = consumer.pending
+        redelivery = []
+        size = 0
+        for entry in batch:
+            entry_id = entry.entry_id
+            owner[entry_id] = consumer
+            pending[entry_id] = entry.num_messages
+            redelivery.append(counts.get(entry_id, 0))
+            size += len(entry.data)
+        consumer.unacked += messages
+        consumer.msg_out += messages
+        consumer.debit(messages)
+        self.msg_out += messages
+        self.bytes_out += size
+        consumer.connection.event_loop.tell(
+            SendMessages(consumer, batch, redelivery, self.gate.request)
+        )
+
+    # Acknowledgements and redelivery.
+
+    def _ack(self, message: Ack) -> None:
+        cursor = self.cursor
+        moved = False
+        entry_ids = [e for ledger, e in message.positions if ledger == self.ledger_id]
+        if not entry_ids:
+            return
+        if message.cumulative:
+            if self.sub_type not in (EXCLUSIVE, FAILOVER):
+                return  # Pulsar ignores cumulative acks on Shared subscriptions
+            upto = max(entry_ids)
+            for entry_id in [e for e in self.pending_owner if e <= upto]:
+                self._forget(entry_id)
+            for entry_id in list(self.replay.irange(maximum=upto)):
+                self._forget(entry_id)
+            moved = cursor.ack_cumulative(upto)
+        else:
+            for entry_id in entry_ids:
+                self._forget(entry_id)
+                moved = cursor.ack(entry_id) or moved
+        if moved:
+            self.topic.tell(MarkDeleteMoved(self.name, cursor.mark_delete))
+
+    def _forget(self, entry_id: int) -> None:
+        owner = self.pending_owner.pop(entry_id, None)
+        if owner is not None:
+            owner.unacked -= owner.pending.pop(entry_id, 0)
+        self.replay.discard(entry_id)
+        self.redelivery_counts.pop(entry_id, None)
+
+    def _redeliver(self, message: Redeliver) -> None:
+        consumer = message.consumer
+        if message.positions is None:
+            ids = list(consumer.pending)
+        else:
+            ids = [e for ledger, e in message.positions if ledger == self.ledger_id]
+        counts = self.redelivery_counts
+        for entry_id in ids:
+            if self.pending_owner.get(entry_id) is not consumer:
+                continue
+            del self.pending_owner[entry_id]
+            consumer.unacked -= consumer.pending.pop(entry_id)
+            self.replay.add(entry_id)
+            counts[entry_id] = counts.get(entry_id, 0) + 1
+        self._wake_for_replay()
+
+    # Observability.
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "type": SUB_TYPE_NAMES.get(self.sub_type, str(self.sub_type)),
+            "durable": self.durable,
+            "msgOutCounter": self.msg_out,
+            "bytesOutCounter": self.bytes_out,
+            "markDeletePosition": f"{self.ledger_id}:{self.cursor.mark_delete}",
+            "individuallyAcked": self.cursor.individually_acked,
+            "readPosition": self.read_position,
+            "msgRedeliverQueue": len(self.replay),
+            "totalAvailablePermits": self.total_permits.value,
+            "unackedMessages": sum(c.unacked for c in self.consumers),
+            "consumers": [
+                {
+                    "consumerName": c.name,
+                    "consumerId": c.consumer_id,
+                    "address": c.connection.peer,
+                    "availablePermits": c.permits,
+                    "unackedMessages": c.unacked,
+                    "msgOutCounter": c.msg_out,
+                    "writable": c.writable,
+                    "active": self.active is c if self.sub_type != SHARED else True,
+                }
+                for c in self.consumers
+            ],
+        }
+
+    def __str__(self) -> str:
+        return f"{self.topic_name} / {self.name}"
+
+
+# Messages sent to the topic (defined here, where they are composed; the topic imports them).
+
+
+@dataclass(frozen=True, slots=True)
+class ReadEntries:
+    subscription: str
+    read_id: int
+    start: int
+    max_entries: int
+    max_bytes: int
+    reply_to: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ReadIds:
+    subscription: str
+    read_id: int
+    entry_ids: list[int]
+    reply_to: Any
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRead:
+    subscription: str
+    read_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class MarkDeleteMoved:
+    subscription: str
+    mark_delete: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionClosed:
+    subscription: str
+    dispatcher: Any

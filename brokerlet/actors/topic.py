@@ -1,0 +1,302 @@
+"""The topic: one actor per topic, owning its ledger, its producers and its subscriptions.
+
+Appends arrive as one message per received chunk of SENDs and are answered with one message of
+receipts. Reads come from the topic's dispatchers; a read at the end of the ledger waits here
+until the next append (the long poll) or until its dispatcher cancels it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from brokerlet.actors._runtime import GeventActor
+from brokerlet.actors.dispatcher import (
+    CancelRead,
+    DispatcherActor,
+    EntriesRead,
+    GetStats,
+    MarkDeleteMoved,
+    ReadEntries,
+    ReadIds,
+    SubscriptionClosed,
+)
+from brokerlet.actors.errors import BrokerError
+from brokerlet.config import Settings
+from brokerlet.storage.cursor import Cursor
+from brokerlet.storage.ledger import Entry, Ledger, NewEntry
+from brokerlet.transport.protocol import pb
+
+__all__ = ["AddProducer", "Append", "Appended", "Receipt", "RemoveProducer", "Subscribe", "TopicActor"]
+
+log = logging.getLogger(__name__)
+
+# start_message_id values the official client uses for readers.
+EARLIEST_ID = 2**64 - 1
+LATEST_ID = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class AppendItem:
+    sequence_id: int
+    highest_sequence_id: int
+    entry: NewEntry | None  # None: refused before storage (bad checksum)
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    reply_to: Any
+    producer_id: int
+    items: list[AppendItem]
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    sequence_id: int
+    highest_sequence_id: int
+    ledger_id: int
+    entry_id: int  # -1 when refused; see ``error``
+    error: int | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    producer_id: int
+    receipts: list[Receipt]
+
+
+@dataclass(frozen=True, slots=True)
+class AddProducer:
+    name: str
+    peer: str
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveProducer:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    subscription: str
+    sub_type: int
+    durable: bool
+    initial_position: int  # pb.CommandSubscribe.Latest / Earliest
+    start_message_id: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GetLastEntry:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStats:
+    pass
+
+
+class TopicActor(GeventActor):
+    """The managed ledger of one topic: appends, reads and subscription cursors."""
+
+    def __init__(self, name: str, ledger: Ledger, settings: Settings) -> None:
+        super().__init__()
+        self.name = name
+        self.ledger = ledger
+        self.settings = settings
+        self.producers: dict[str, str] = {}  # name -> peer
+        self.subscriptions: dict[str, pykka.ActorRef[DispatcherActor]] = {}
+        self.mark_deletes: dict[str, int] = {}
+        self.waiting: dict[str, ReadEntries] = {}  # long polls at the end of the ledger
+        self.msg_in = 0
+        self.bytes_in = 0
+        self._handlers: dict[type, Callable[[Any], Any]] = {
+            Append: self._append,
+            ReadEntries: self._read_entries,
+            ReadIds: self._read_ids,
+            CancelRead: self._cancel_read,
+            MarkDeleteMoved: self._mark_delete_moved,
+            SubscriptionClosed: self._subscription_closed,
+            AddProducer: self._add_producer,
+            RemoveProducer: self._remove_producer,
+            Subscribe: self._subscribe,
+            GetLastEntry: lambda _: (self.ledger.ledger_id, self.ledger.last_entry_id),
+            TopicStats: lambda _: self.stats(),
+        }
+
+    def on_receive(self, message: Any) -> Any:
+        return self._handlers[type(message)](message)
+
+    def on_stop(self) -> None:
+        for dispatcher in self.subscriptions.values():
+            dispatcher.stop(block=False)
+        self.ledger.close()
+
+    # Producing.
+
+    def _append(self, message: Append) -> None:
+        items = message.items
+        new = [item.entry for item in items if item.entry is not None]
+        ledger_id = self.ledger.ledger_id
+
+        def appended(result: int | BaseException) -> None:
+            receipts = []
+            next_id = result if isinstance(result, int) else -1
+            for item in items:
+                if item.entry is None:
+                    receipts.append(
+                        Receipt(item.sequence_id, item.highest_sequence_id, ledger_id, -1,
+                                pb.ChecksumError, "Checksum verification failed")
+                    )
+                elif isinstance(result, BaseException):
+                    receipts.append(
+                        Receipt(item.sequence_id, item.highest_sequence_id, ledger_id, -1,
+                                pb.PersistenceError, f"Append failed: {result}")
+                    )
+                else:
+                    receipts.append(
+                        Receipt(item.sequence_id, item.highest_sequence_id, ledger_id, next_id)
+                    )
+                    next_id += 1
+            message.reply_to.tell(Appended(message.producer_id, receipts))
+            if isinstance(result, int):
+                self.msg_in += sum(e.num_messages for e in new)
+                self.bytes_in += sum(len(e.data) for e in new)
+                self._complete_waiting_reads()
+
+        if new:
+            self.ledger.append(new, appended)
+        else:
+            appended(0)
+
+    def _add_producer(self, message: AddProducer) -> None:
+        if message.name in self.producers:
+            raise BrokerError(
+                pb.ProducerBusy, f"Producer with name {message.name!r} is already connected"
+            )
+        self.producers[message.name] = message.peer
+
+    def _remove_producer(self, message: RemoveProducer) -> None:
+        self.producers.pop(message.name, None)
+
+    # Subscriptions.
+
+    def _subscribe(self, message: Subscribe) -> pykka.ActorRef[DispatcherActor]:
+        existing = self.subscriptions.get(message.subscription)
+        if existing is not None:
+            return existing
+        first = self.ledger.first_entry_id
+        last = self.ledger.last_entry_id
+        start = first if message.initial_position == pb.CommandSubscribe.Earliest else last + 1
+        if message.start_message_id is not None:
+            start = self._start_of(message.start_message_id)
+        dispatcher = DispatcherActor.start(
+            topic=self.actor_ref,
+            topic_name=self.name,
+            ledger_id=self.ledger.ledger_id,
+            name=message.subscription,
+            sub_type=message.sub_type,
+            durable=message.durable,
+            cursor=Cursor(start - 1),
+            read_position=start,
+            settings=self.settings,
+        )
+        self.subscriptions[message.subscription] = dispatcher
+        self.mark_deletes[message.subscription] = start - 1
+        log.info("%s: created subscription %r at entry %d", self.name, message.subscription, start)
+        return dispatcher
+
+    def _start_of(self, message_id: tuple[int, int]) -> int:
+        ledger_id, entry_id = message_id
+        if ledger_id == EARLIEST_ID and entry_id == EARLIEST_ID:
+            return self.ledger.first_entry_id
+        if ledger_id == LATEST_ID and entry_id == LATEST_ID:
+            return self.ledger.last_entry_id + 1
+        if ledger_id < self.ledger.ledger_id:
+            return self.ledger.first_entry_id
+        if ledger_id > self.ledger.ledger_id:
+            return self.ledger.last_entry_id + 1
+        # Inclusive: an exclusive reader's client drops the start message itself.
+        return max(self.ledger.first_entry_id, min(entry_id, self.ledger.last_entry_id + 1))
+
+    def _subscription_closed(self, message: SubscriptionClosed) -> None:
+        if self.subscriptions.get(message.subscription) is message.dispatcher:
+            del self.subscriptions[message.subscription]
+            self.mark_deletes.pop(message.subscription, None)
+            self.waiting.pop(message.subscription, None)
+            message.dispatcher.stop(block=False)
+            self._trim()
+
+    def _mark_delete_moved(self, message: MarkDeleteMoved) -> None:
+        if message.subscription in self.mark_deletes:
+            self.mark_deletes[message.subscription] = message.mark_delete
+            self._trim()
+
+    def _trim(self) -> None:
+        # Entries every subscription has acknowledged are dropped; with no subscription at all
+        # the topic keeps everything, so a later subscriber from Earliest sees it.
+        if self.mark_deletes:
+            self.ledger.trim(min(self.mark_deletes.values()))
+
+    # Reading.
+
+    def _read_entries(self, message: ReadEntries) -> None:
+        if message.start > self.ledger.last_entry_id:
+            self.waiting[message.subscription] = message
+            return
+        self.waiting.pop(message.subscription, None)
+        self._read_now(message)
+
+    def _read_now(self, message: ReadEntries) -> None:
+        def done(result: list[Entry] | BaseException) -> None:
+            message.reply_to.tell(EntriesRead(message.read_id, result, replay=False))
+
+        self.ledger.read(message.start, message.max_entries, message.max_bytes, done)
+
+    def _complete_waiting_reads(self) -> None:
+        if not self.waiting:
+            return
+        last = self.ledger.last_entry_id
+        ready = [read for read in self.waiting.values() if read.start <= last]
+        for read in ready:
+            del self.waiting[read.subscription]
+            self._read_now(read)
+
+    def _read_ids(self, message: ReadIds) -> None:
+        def done(result: list[Entry] | BaseException) -> None:
+            message.reply_to.tell(EntriesRead(message.read_id, result, replay=True))
+
+        self.ledger.read_ids(message.entry_ids, done)
+
+    def _cancel_read(self, message: CancelRead) -> None:
+        waiting = self.waiting.get(message.subscription)
+        if waiting is not None and waiting.read_id == message.read_id:
+            del self.waiting[message.subscription]
+
+    # Observability.
+
+    def stats(self) -> dict[str, Any]:
+        last = self.ledger.last_entry_id
+        subscriptions = {}
+        for name, ref in list(self.subscriptions.items()):
+            try:
+                sub = ref.ask(GetStats(), timeout=5)
+            except pykka.ActorDeadError:
+                continue
+            mark_delete = self.mark_deletes.get(name, last)
+            sub["msgBacklog"] = max(0, last - mark_delete - sub.pop("individuallyAcked", 0))
+            subscriptions[name] = sub
+        return {
+            "msgInCounter": self.msg_in,
+            "bytesInCounter": self.bytes_in,
+            "msgOutCounter": sum(s["msgOutCounter"] for s in subscriptions.values()),
+            "storageSize": getattr(self.ledger, "size_bytes", 0),
+            "ledgerId": self.ledger.ledger_id,
+            "lastEntryId": last,
+            "publishers": [{"producerName": n, "address": p} for n, p in self.producers.items()],
+            "subscriptions": subscriptions,
+        }

@@ -1,0 +1,213 @@
+"""The embeddable broker.
+
+:class:`Broker` runs every actor of one broker on one gevent hub. ``start()`` gives that hub a
+thread of its own, so a broker can be embedded in any program (threaded, asyncio, or a test
+suite using the official C++-based client) without monkey patching it; ``serve_forever()``
+runs it on the calling thread instead, as ``brokerlet serve`` does.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import gevent
+import gevent.event
+import pykka
+
+from brokerlet.actors.broker import BrokerActor, GetAllStats, GetTopicStats
+from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.config import Settings, load_settings
+from brokerlet.transport.server import Server
+
+__all__ = ["Broker"]
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+
+class Broker:
+    """A Pulsar-compatible broker.
+
+    Args:
+        settings: a complete settings object; defaults to :func:`load_settings` with no file
+            and no environment, so an embedded broker is not steered by ``BROKERLET_*``.
+        **overrides: individual settings, by snake_case key or Pulsar alias
+            (``Broker(port=0, dispatcherMaxReadBatchSize=50)``).
+
+    Example::
+
+        with Broker(port=0) as broker:
+            client = pulsar.Client(broker.service_url)
+    """
+
+    def __init__(self, settings: Settings | None = None, **overrides: object) -> None:
+        if settings is None:
+            settings = load_settings(env={}, overrides=overrides)
+        elif overrides:
+            settings = settings.replace(**overrides)
+        self.settings = settings
+        self._thread: threading.Thread | None = None
+        self._hub: Any = None
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+        self._stop_event: gevent.event.Event | None = None
+        self._done = threading.Event()
+        self._server: Server | None = None
+        self._broker_actor: pykka.ActorRef[BrokerActor] | None = None
+        self._event_loops: list[pykka.ActorRef[EventLoopActor]] = []
+        self.started_at: float | None = None
+        self.startup_seconds: float | None = None
+
+    # Lifecycle.
+
+    def start(self, timeout: float = 10.0) -> Broker:
+        """Start on a thread of its own; return once the broker accepts connections."""
+        if self._thread is not None:
+            raise RuntimeError("broker already started")
+        self._thread = threading.Thread(target=self._thread_main, name="brokerlet", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"broker did not start within {timeout} s")
+        if self._start_error is not None:
+            raise self._start_error
+        return self
+
+    def serve_forever(self, on_ready: Callable[[Broker], object] | None = None) -> None:
+        """Run on the calling thread until :meth:`stop` (or SIGINT/SIGTERM via the CLI)."""
+        self._run(on_ready)
+        if self._start_error is not None:
+            raise self._start_error
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close every connection and actor; idempotent."""
+        if self._stop_event is None or self._hub is None:
+            return
+        if threading.current_thread() is self._thread or self._thread is None:
+            self._stop_event.set()
+        else:
+            self._hub.loop.run_callback_threadsafe(self._stop_event.set)
+        if self._thread is not None and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> Broker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # Where to connect.
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The (host, port) the broker listens on; the port is the real one when 0 was asked."""
+        if self._server is None:
+            raise RuntimeError("broker not started")
+        return self._server.address
+
+    @property
+    def service_url(self) -> str:
+        """The ``pulsar://`` URL clients should use (also what lookups answer)."""
+        if self.settings.advertised_url:
+            return self.settings.advertised_url
+        host, port = self.address
+        return f"pulsar://{host}:{port}"
+
+    # Observability.
+
+    def topic_stats(self, topic: str) -> dict[str, Any] | None:
+        """Stats of one topic, shaped like Pulsar's topic stats; None for an unknown topic."""
+        return self._call(lambda ref: ref.ask(GetTopicStats(topic)))
+
+    def stats(self) -> dict[str, Any]:
+        """Stats of every topic, keyed by topic name."""
+        return self._call(lambda ref: ref.ask(GetAllStats()))
+
+    def _call(self, func: Callable[[pykka.ActorRef[BrokerActor]], R], timeout: float = 10.0) -> R:
+        """Run ``func(broker_actor)`` on the broker's hub and return its result to this thread."""
+        ref = self._broker_actor
+        if ref is None:
+            raise RuntimeError("broker not started")
+        if self._thread is None or threading.current_thread() is self._thread:
+            return func(ref)
+        result: concurrent.futures.Future[R] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                result.set_result(func(ref))
+            except BaseException as error:  # noqa: BLE001 - handed to the calling thread
+                result.set_exception(error)
+
+        self._hub.loop.run_callback_threadsafe(gevent.spawn, run)
+        return result.result(timeout)
+
+    # Running on the hub.
+
+    def _thread_main(self) -> None:
+        try:
+            self._run(None)
+        finally:
+            self._done.set()
+
+    def _run(self, on_ready: Callable[[Broker], object] | None) -> None:
+        began = time.perf_counter()
+        self._hub = gevent.get_hub()
+        self._stop_event = gevent.event.Event()
+        try:
+            self._start_actors()
+        except BaseException as error:
+            self._start_error = error
+            self._shutdown()
+            self._ready.set()
+            return
+        self.started_at = time.time()
+        self.startup_seconds = time.perf_counter() - began
+        log.info(
+            "brokerlet listening on %s (storage %s, %d event loop(s), started in %.0f ms)",
+            self.service_url, self.settings.storage, self.settings.event_loops,
+            self.startup_seconds * 1000,
+        )
+        self._ready.set()
+        if on_ready is not None:
+            on_ready(self)
+        try:
+            self._stop_event.wait()
+        finally:
+            self._shutdown()
+            log.info("brokerlet stopped")
+
+    def _start_actors(self) -> None:
+        if self.settings.storage != "memory":
+            raise NotImplementedError(
+                f"storage = {self.settings.storage!r} is not available yet; use 'memory'"
+            )
+        self._broker_actor = BrokerActor.start(self.settings)
+        self._event_loops = [EventLoopActor.start(i) for i in range(self.settings.event_loops)]
+        self._server = Server(
+            self.settings,
+            broker=self._broker_actor,
+            event_loops=self._event_loops,
+            advertised_url=lambda: self.service_url,
+        )
+        self._server.start()
+
+    def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+        for ref in [self._broker_actor, *self._event_loops]:
+            if ref is not None:
+                try:
+                    ref.stop(block=True, timeout=5)
+                except pykka.ActorDeadError:
+                    pass

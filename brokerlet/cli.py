@@ -1,0 +1,57 @@
+"""The ``brokerlet`` command: ``brokerlet serve`` runs a broker, ``brokerlet settings`` lists keys."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+import gevent
+
+from brokerlet.broker import Broker
+from brokerlet.config import SettingsError, add_arguments, describe_settings, settings_from_args
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="brokerlet", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run a broker until interrupted")
+    add_arguments(serve)
+    commands.add_parser("settings", help="list every setting with its alias and default")
+    args = parser.parse_args(argv)
+
+    if args.command == "settings":
+        print(describe_settings())
+        return 0
+
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as error:
+        print(f"brokerlet: bad setting: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+    )
+    broker = Broker(settings)
+
+    def stop() -> None:
+        logging.getLogger("brokerlet").info("stopping")
+        broker.stop()
+
+    def ready(_broker: Broker) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            gevent.signal_handler(signum, stop)
+        print(f"brokerlet ready on {broker.service_url}", flush=True)
+
+    try:
+        broker.serve_forever(on_ready=ready)
+    except OSError as error:
+        print(f"brokerlet: cannot listen on {settings.host}:{settings.port}: {error}",
+              file=sys.stderr)
+        return 1
+    return 0

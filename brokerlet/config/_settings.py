@@ -1,0 +1,318 @@
+"""The settings table: every broker setting with its default, Pulsar alias and limits."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import operator
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from brokerlet.config._fields import RULE_KEY, FieldSpec, Rule, SettingsError, setting
+
+__all__ = ["SPECS", "Entry", "Settings", "collect", "entries_from_mapping"]
+
+_MIB: Final = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The broker's configuration, checked as a whole whenever one is made.
+
+    Build one with :func:`~brokerlet.config.load_settings` (defaults, TOML, environment,
+    overrides) or directly; either way each value is checked against its rule and the
+    cross-field orderings, and a bad one raises :class:`SettingsError`.
+
+    Each field's ``metadata`` carries its :class:`Rule`: the Pulsar alias, the allowed
+    values and a one-line help. Defaults follow Pulsar 4.x.
+    """
+
+    # fmt: off
+    # Listener and client-facing addresses.
+    host: str = setting(
+        "127.0.0.1", "Address the Pulsar protocol listener binds to.",
+        alias="bindAddress", non_empty=True,
+    )
+    port: int = setting(
+        6650, "Pulsar protocol port; 0 picks a free port.",
+        alias="brokerServicePort", minimum=0, maximum=65535,
+    )
+    advertised_url: str = setting(
+        "", "Service URL given to clients in lookups; empty means pulsar://<host>:<bound port>.",
+        url_scheme="pulsar://",
+    )
+    web_service_port: int = setting(
+        8080, "HTTP port of the web service; 0 picks a free port.",
+        alias="webServicePort", minimum=0, maximum=65535,
+    )
+    web_service_enabled: bool = setting(True, "Run the HTTP web service.")
+    max_message_size: int = setting(
+        5 * _MIB, "Largest message accepted, in bytes.",
+        alias="maxMessageSize", minimum=1024, maximum=100 * _MIB,
+    )
+
+    # Connections and sockets.
+    event_loops: int = setting(
+        1, "Event-loop actors that share the connections.",
+        alias="numIOThreads", minimum=1, maximum=64,
+    )
+    high_watermark: int = setting(
+        65536, "Pending outbound bytes at which a connection stops being writable.",
+        alias="pulsarChannelWriteBufferHighWaterMark", minimum=1,
+    )
+    low_watermark: int = setting(
+        32768, "Pending outbound bytes a connection must drain below to be writable again.",
+        alias="pulsarChannelWriteBufferLowWaterMark", minimum=0,
+    )
+    tcp_nodelay: bool = setting(True, "Turn off Nagle's algorithm on client sockets.")
+    tcp_notsent_lowat: int = setting(
+        16384, "TCP_NOTSENT_LOWAT in bytes; 0 leaves the kernel default.", minimum=0
+    )
+    so_sndbuf: int = setting(
+        0, "SO_SNDBUF in bytes; 0 keeps the kernel default and its autotuning.", minimum=0
+    )
+    so_rcvbuf: int = setting(
+        0, "SO_RCVBUF in bytes; 0 keeps the kernel default and its autotuning.", minimum=0
+    )
+    keep_alive_interval_seconds: int = setting(
+        30, "Seconds between keep-alive pings on a quiet connection; 0 turns them off.",
+        alias="keepAliveIntervalSeconds", minimum=0,
+    )
+    connection_backlog: int = setting(
+        1024, "Listen backlog: connections the kernel queues before accept.", minimum=1
+    )
+
+    # Dispatcher reads and retries.
+    dispatcher_max_read_batch_size: int = setting(
+        100, "Most entries a dispatcher reads at once.",
+        alias="dispatcherMaxReadBatchSize", minimum=1,
+    )
+    dispatcher_min_read_batch_size: int = setting(
+        1, "Read batch size a dispatcher falls back to after a failed read.",
+        alias="dispatcherMinReadBatchSize", minimum=1,
+    )
+    dispatcher_max_read_size_bytes: int = setting(
+        5 * _MIB, "Most bytes a dispatcher reads at once.",
+        alias="dispatcherMaxReadSizeBytes", minimum=1,
+    )
+    dispatcher_max_round_robin_batch_size: int = setting(
+        20, "Most entries one Shared consumer gets per round-robin turn.",
+        alias="dispatcherMaxRoundRobinBatchSize", minimum=1,
+    )
+    dispatcher_retry_backoff_initial_time_ms: int = setting(
+        1, "First delay (ms) before reading again after a pass that dispatched nothing.",
+        alias="dispatcherRetryBackoffInitialTimeInMs", minimum=0,
+    )
+    dispatcher_retry_backoff_max_time_ms: int = setting(
+        10, "Longest delay (ms) before reading again after a pass that dispatched nothing.",
+        alias="dispatcherRetryBackoffMaxTimeInMs", minimum=0,
+    )
+    dispatcher_read_failure_backoff_initial_time_ms: int = setting(
+        15000, "First delay (ms) before retrying a failed read.",
+        alias="dispatcherReadFailureBackoffInitialTimeInMs", minimum=0,
+    )
+    dispatcher_read_failure_backoff_max_time_ms: int = setting(
+        60000, "Longest delay (ms) before retrying a failed read.",
+        alias="dispatcherReadFailureBackoffMaxTimeInMs", minimum=0,
+    )
+
+    # Unacked limits and dispatch rate limits (0 turns each off).
+    max_unacked_messages_per_consumer: int = setting(
+        50000, "Unacked messages at which a consumer stops receiving; 0 means no limit.",
+        alias="maxUnackedMessagesPerConsumer", minimum=0,
+    )
+    max_unacked_messages_per_subscription: int = setting(
+        200000, "Unacked messages at which a subscription stops reading; 0 means no limit.",
+        alias="maxUnackedMessagesPerSubscription", minimum=0,
+    )
+    dispatch_throttling_rate_in_msg: int = setting(
+        0, "Broker-wide dispatch limit, messages per second; 0 means none.",
+        alias="dispatchThrottlingRateInMsg", minimum=0,
+    )
+    dispatch_throttling_rate_in_byte: int = setting(
+        0, "Broker-wide dispatch limit, bytes per second; 0 means none.",
+        alias="dispatchThrottlingRateInByte", minimum=0,
+    )
+    dispatch_throttling_rate_per_topic_in_msg: int = setting(
+        0, "Per-topic dispatch limit, messages per second; 0 means none.",
+        alias="dispatchThrottlingRatePerTopicInMsg", minimum=0,
+    )
+    dispatch_throttling_rate_per_topic_in_byte: int = setting(
+        0, "Per-topic dispatch limit, bytes per second; 0 means none.",
+        alias="dispatchThrottlingRatePerTopicInByte", minimum=0,
+    )
+    dispatch_throttling_rate_per_subscription_in_msg: int = setting(
+        0, "Per-subscription dispatch limit, messages per second; 0 means none.",
+        alias="dispatchThrottlingRatePerSubscriptionInMsg", minimum=0,
+    )
+    dispatch_throttling_rate_per_subscription_in_byte: int = setting(
+        0, "Per-subscription dispatch limit, bytes per second; 0 means none.",
+        alias="dispatchThrottlingRatePerSubscriptionInByte", minimum=0,
+    )
+
+    # Key_Shared.
+    subscription_key_shared_use_consistent_hashing: bool = setting(
+        True, "Key_Shared assigns hashes by consistent hashing rather than by splitting ranges.",
+        alias="subscriptionKeySharedUseConsistentHashing",
+    )
+    subscription_key_shared_consistent_hashing_replica_points: int = setting(
+        100, "Points per consumer on the Key_Shared consistent-hash ring.",
+        alias="subscriptionKeySharedConsistentHashingReplicaPoints", minimum=1,
+    )
+    key_shared_look_ahead_msg_in_replay_threshold_per_consumer: int = setting(
+        2000, "Replay backlog per consumer that pauses Key_Shared normal reads; 0 = no cap.",
+        alias="keySharedLookAheadMsgInReplayThresholdPerConsumer", minimum=0,
+    )
+    key_shared_look_ahead_msg_in_replay_threshold_per_subscription: int = setting(
+        20000, "Replay backlog per subscription that pauses Key_Shared normal reads; 0 = no cap.",
+        alias="keySharedLookAheadMsgInReplayThresholdPerSubscription", minimum=0,
+    )
+    key_shared_unblocking_interval_ms: int = setting(
+        10, "Delay (ms) before reading again once a Key_Shared hash is unblocked.",
+        alias="keySharedUnblockingIntervalMs", minimum=0,
+    )
+
+    # Storage and logging.
+    storage: str = setting(
+        "memory", "Where topic data lives: in memory, or on disk under data_dir.",
+        choices=("memory", "disk"),
+    )
+    data_dir: str = setting("./data", "Directory for disk storage.")
+    log_level: str = setting(
+        "INFO", "Lowest level of log records emitted.",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+    )
+    # fmt: on
+
+    def __post_init__(self) -> None:
+        for spec in SPECS:
+            given = getattr(self, spec.name)
+            value = spec.convert(given)
+            if value is not given:
+                # Normalising a frozen instance while it is being built is safe.
+                object.__setattr__(self, spec.name, value)
+        _check_orderings(self)
+
+    def replace(self, **changes: object) -> Settings:
+        """Return a copy with some settings changed, checked like any other.
+
+        Args:
+            **changes: Values by snake_case name or Pulsar alias; strings are parsed.
+
+        Raises:
+            SettingsError: A key is unknown or a value is not allowed.
+        """
+        updates = collect(entries_from_mapping(changes))
+        return dataclasses.replace(self, **updates)
+
+
+def _specs() -> tuple[FieldSpec, ...]:
+    hints = typing.get_type_hints(Settings)
+    specs = []
+    for field in dataclasses.fields(Settings):
+        rule = field.metadata[RULE_KEY]
+        assert isinstance(rule, Rule)
+        specs.append(FieldSpec(field.name, hints[field.name], field.default, rule))
+    return tuple(specs)
+
+
+SPECS: Final[tuple[FieldSpec, ...]] = _specs()
+
+_NAMES: Final = frozenset(spec.name for spec in SPECS)
+
+
+def _key_index() -> dict[str, tuple[FieldSpec, str]]:
+    """Map the lower-cased name and alias of every setting to it and to that key's spelling."""
+    index: dict[str, tuple[FieldSpec, str]] = {}
+    for spec in SPECS:
+        for key in (spec.name, spec.rule.alias):
+            if key is None:
+                continue
+            if key.lower() in index:  # a mistake in the table above, caught at import
+                raise AssertionError(f"settings key {key!r} is not unique")
+            index[key.lower()] = (spec, key)
+    return index
+
+
+_KEY_INDEX: Final = _key_index()
+
+# Pairs that must keep this order once all sources are merged: (smaller, relation, larger).
+_ORDERINGS: Final = (
+    ("low_watermark", "<", "high_watermark"),
+    ("dispatcher_min_read_batch_size", "<=", "dispatcher_max_read_batch_size"),
+    ("dispatcher_retry_backoff_initial_time_ms", "<=", "dispatcher_retry_backoff_max_time_ms"),
+    (
+        "dispatcher_read_failure_backoff_initial_time_ms",
+        "<=",
+        "dispatcher_read_failure_backoff_max_time_ms",
+    ),
+)
+_RELATIONS: Final[dict[str, Callable[[Any, Any], bool]]] = {"<": operator.lt, "<=": operator.le}
+
+
+def _check_orderings(settings: Settings) -> None:
+    for smaller, relation, larger in _ORDERINGS:
+        low, high = getattr(settings, smaller), getattr(settings, larger)
+        if not _RELATIONS[relation](low, high):
+            message = f"{smaller} = {low!r}: must be {relation} {larger} ({high!r})"
+            raise SettingsError(message, key=smaller)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One value from one source, before it is checked.
+
+    Attributes:
+        key: The key as written: snake_case name or Pulsar alias, in any case.
+        value: The raw value; strings are parsed per the setting's type.
+        origin: Where it came from, for messages, e.g. ``"from BROKERLET_PORT"``.
+    """
+
+    key: str
+    value: object
+    origin: str | None = None
+
+
+def collect(entries: Iterable[Entry]) -> dict[str, Any]:
+    """Resolve and check the entries of one source.
+
+    Returns:
+        The checked values by snake_case name.
+
+    Raises:
+        SettingsError: An unknown key (with a suggestion when one is close), a setting given
+            twice under different keys, or a value that is not allowed.
+    """
+    values: dict[str, Any] = {}
+    first: dict[str, Entry] = {}
+    for entry in entries:
+        if entry.key.lower() not in _KEY_INDEX:
+            raise SettingsError(f"unknown setting {_where(entry)}{_suggest(entry.key)}")
+        spec = _KEY_INDEX[entry.key.lower()][0]
+        if spec.name in first:
+            message = f"{spec.name} given twice: {_where(first[spec.name])} and {_where(entry)}"
+            raise SettingsError(message, key=spec.name)
+        values[spec.name] = spec.convert(entry.value, entry.origin)
+        first[spec.name] = entry
+    return values
+
+
+def entries_from_mapping(values: Mapping[str, object]) -> list[Entry]:
+    """Entries for keyword overrides; messages mention the key only when it is an alias."""
+    return [Entry(key, value, _alias_note(key)) for key, value in values.items()]
+
+
+def _alias_note(key: str) -> str | None:
+    known = key.lower() in _KEY_INDEX
+    return f"given as {key!r}" if known and key not in _NAMES else None
+
+
+def _where(entry: Entry) -> str:
+    return f"{entry.key!r} ({entry.origin})" if entry.origin else repr(entry.key)
+
+
+def _suggest(key: str) -> str:
+    close = difflib.get_close_matches(key.lower(), _KEY_INDEX, n=1)
+    return f"; did you mean {_KEY_INDEX[close[0]][1]!r}?" if close else ""

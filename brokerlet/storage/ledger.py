@@ -1,0 +1,159 @@
+"""The ledger interface and its in-memory back-end.
+
+A topic owns one ledger: an append-only sequence of entries with consecutive ids. An entry is
+exactly what a producer sent after the checksum (``[metadata size][metadata][payload]``), kept
+verbatim so that batches, compression, chunks and properties need no broker code.
+
+The interface is asynchronous (completion callbacks) so that a durable back-end can do its I/O
+off the actor greenlets; the in-memory back-end completes at once, on the caller's stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["AppendCallback", "Entry", "Ledger", "MemoryLedger", "NewEntry", "ReadCallback"]
+
+
+@dataclass(frozen=True, slots=True)
+class NewEntry:
+    """An entry to append.
+
+    Attributes:
+        data: ``[metadata size][metadata][payload]`` as the producer sent it.
+        checksum: CRC32C of ``data`` (kept so a delivery needs no recomputation).
+        num_messages: messages in the entry (``num_messages_in_batch`` for a batch, else 1).
+    """
+
+    data: bytes
+    checksum: int
+    num_messages: int
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A stored entry, addressed by ``(ledger_id, entry_id)``."""
+
+    ledger_id: int
+    entry_id: int
+    data: bytes
+    checksum: int
+    num_messages: int
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+AppendCallback = Callable[[int | BaseException], None]
+"""Called with the id of the first appended entry, or with the error that failed the append."""
+
+ReadCallback = Callable[[list[Entry] | BaseException], None]
+
+
+class Ledger(Protocol):
+    """What a topic needs from storage.
+
+    Entry ids are consecutive from ``first_entry_id`` to ``last_entry_id``; an empty ledger has
+    ``last_entry_id == first_entry_id - 1``.
+    """
+
+    @property
+    def ledger_id(self) -> int: ...
+
+    @property
+    def first_entry_id(self) -> int: ...
+
+    @property
+    def last_entry_id(self) -> int: ...
+
+    def append(self, entries: Sequence[NewEntry], callback: AppendCallback) -> None:
+        """Append ``entries`` together; ``callback`` runs once they are stored."""
+
+    def read(self, start: int, max_entries: int, max_bytes: int, callback: ReadCallback) -> None:
+        """Read consecutive entries from ``start``: at least one if any exists, at most
+        ``max_entries``, and no more than ``max_bytes`` after the first."""
+
+    def read_ids(self, entry_ids: Sequence[int], callback: ReadCallback) -> None:
+        """Read the given entries; ids that no longer exist are skipped."""
+
+    def trim(self, up_to: int) -> None:
+        """Forget entries with ids ``<= up_to`` (every subscription has acknowledged them)."""
+
+    def close(self) -> None: ...
+
+
+class MemoryLedger:
+    """A ledger kept in a Python list; completes every call before returning."""
+
+    def __init__(self, ledger_id: int) -> None:
+        self._ledger_id = ledger_id
+        self._entries: list[Entry] = []
+        self._first = 0  # entry id of self._entries[0]
+        self._dropped = 0  # trimmed entries still at the head of the list (compacted lazily)
+        self._bytes = 0
+
+    @property
+    def ledger_id(self) -> int:
+        return self._ledger_id
+
+    @property
+    def first_entry_id(self) -> int:
+        return self._first + self._dropped
+
+    @property
+    def last_entry_id(self) -> int:
+        return self._first + len(self._entries) - 1
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def append(self, entries: Sequence[NewEntry], callback: AppendCallback) -> None:
+        first_id = self.last_entry_id + 1
+        ledger_id = self._ledger_id
+        stored = self._entries
+        entry_id = first_id
+        for new in entries:
+            stored.append(Entry(ledger_id, entry_id, new.data, new.checksum, new.num_messages))
+            self._bytes += len(new.data)
+            entry_id += 1
+        callback(first_id)
+
+    def read(self, start: int, max_entries: int, max_bytes: int, callback: ReadCallback) -> None:
+        begin = max(start, self.first_entry_id) - self._first
+        window = self._entries[begin : begin + max_entries]
+        if max_bytes > 0 and window:
+            total = 0
+            for count, entry in enumerate(window):
+                total += len(entry.data)
+                if total > max_bytes and count > 0:
+                    window = window[:count]
+                    break
+        callback(window)
+
+    def read_ids(self, entry_ids: Sequence[int], callback: ReadCallback) -> None:
+        low = self.first_entry_id
+        high = self.last_entry_id
+        callback([self._entries[i - self._first] for i in entry_ids if low <= i <= high])
+
+    def trim(self, up_to: int) -> None:
+        up_to = min(up_to, self.last_entry_id)
+        if up_to < self.first_entry_id:
+            return
+        head = self._dropped
+        newly = up_to - self.first_entry_id + 1
+        for entry in self._entries[head : head + newly]:
+            self._bytes -= len(entry.data)
+        self._dropped += newly
+        # Compact in bulk so trimming stays amortised O(1) per entry.
+        if self._dropped >= 1024 and self._dropped * 2 >= len(self._entries):
+            del self._entries[: self._dropped]
+            self._first += self._dropped
+            self._dropped = 0
+
+    def close(self) -> None:
+        self._entries.clear()
+        self._bytes = 0

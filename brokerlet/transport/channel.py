@@ -1,0 +1,400 @@
+"""An outbound buffer for one gevent socket: watermarks, write completions, one writer.
+
+A :class:`Channel` turns a socket into something an actor can write to without ever
+blocking. ``write()`` only queues; a single writer greenlet gathers queued buffers into
+vectored ``sendmsg`` calls, and it alone parks when the kernel's send buffer is full. The
+bytes queued but not yet handed to the kernel are the channel's *pending* bytes, and two
+watermarks turn them into a writability signal (the same rule as Netty's
+``WriteBufferWaterMark``):
+
+* the channel becomes **unwritable** as soon as pending bytes exceed ``high_watermark``;
+* it becomes **writable** again only once they drop below ``low_watermark``.
+
+The gap between the two keeps a draining socket from flapping. Writes are never refused
+while unwritable: the signal is advice to the producer (the dispatcher stops selecting the
+consumer), not a limit.
+
+A write's completion means its bytes were **handed to the kernel**, not that the peer
+received them; only an application-level acknowledgement says that.
+
+Backpressure only reaches the watermarks if the kernel's buffers are bounded; see
+:mod:`brokerlet.transport.sockopts`.
+
+Everything here runs on one gevent hub; a channel is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import islice
+
+import gevent
+import gevent.event
+import gevent.socket
+
+__all__ = ["BytesLike", "Channel", "ChannelClosed", "ChannelStatistics", "WriteCallback"]
+
+logger = logging.getLogger(__name__)
+
+BytesLike = bytes | bytearray | memoryview
+WriteCallback = Callable[[BaseException | None], None]
+
+# Linux's IOV_MAX; sendmsg fails with EMSGSIZE beyond it.
+MAX_IOVECS = 1024
+# Enough to fill a loopback send buffer in one call without building huge iovec lists.
+MAX_SEND_BYTES = 256 * 1024
+
+
+class ChannelClosed(Exception):  # noqa: N818 -- reads as a state, like trio's ClosedResourceError
+    """A write failed because its channel is closed.
+
+    Attributes:
+        cause: why the channel closed: the socket error, what the owner passed to
+            :meth:`Channel.close`, or None for a plain close. Also set as ``__cause__``.
+    """
+
+    def __init__(self, cause: BaseException | None = None) -> None:
+        message = "channel closed" if cause is None else f"channel closed: {cause!r}"
+        super().__init__(message)
+        self.cause = cause
+        self.__cause__ = cause
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelStatistics:
+    """A snapshot of a channel's counters.
+
+    Attributes:
+        writable: whether the channel is writable (see the module docstring).
+        pending_bytes: bytes queued and not yet handed to the kernel.
+        writability_changes: how many times ``writable`` has flipped, either way.
+        bytes_written: bytes handed to the kernel so far.
+        writes: logical writes completed so far (each ``write()`` call counts once, however
+            many buffers it had).
+        closed: whether the channel is closed.
+    """
+
+    writable: bool
+    pending_bytes: int
+    writability_changes: int
+    bytes_written: int
+    writes: int
+    closed: bool
+
+
+class _PendingWrite:
+    """One logical write: its remaining buffers and the callback to run once all are sent."""
+
+    __slots__ = ("buffers", "callback", "index")
+
+    def __init__(self, buffers: list[memoryview], callback: WriteCallback | None) -> None:
+        self.buffers = buffers
+        self.callback = callback
+        self.index = 0  # first buffer not yet fully sent
+
+    def unsent(self) -> Iterator[memoryview]:
+        return islice(self.buffers, self.index, None)
+
+    def consume(self, sent: int) -> int:
+        """Advance past up to ``sent`` bytes; return how many of them belong to later writes."""
+        buffers = self.buffers
+        index = self.index
+        while index < len(buffers):
+            size = len(buffers[index])
+            if sent < size:
+                if sent:
+                    # A view of a view: the unsent tail is never copied.
+                    buffers[index] = buffers[index][sent:]
+                    sent = 0
+                break
+            sent -= size
+            index += 1
+        self.index = index
+        return sent
+
+    @property
+    def done(self) -> bool:
+        return self.index == len(self.buffers)
+
+
+def _byte_view(data: BytesLike) -> memoryview:
+    view = memoryview(data)
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    return view
+
+
+class Channel:
+    """A non-blocking outbound buffer over a gevent socket.
+
+    The constructor spawns the writer greenlet in the current hub. Callbacks run as follows:
+
+    * a write's ``callback(None)`` runs in the writer greenlet once all of that write's
+      bytes are in the kernel, in write order;
+    * ``on_writability_changed(False)`` runs synchronously inside the ``write()`` that
+      crossed the high watermark; ``on_writability_changed(True)`` runs in the writer
+      greenlet once pending bytes drop below the low watermark (before the callbacks of
+      the writes that send completed). Each flip is reported exactly once;
+    * when the channel closes, every pending write's callback gets a :class:`ChannelClosed`,
+      then ``on_closed`` runs once, in the greenlet that closed it (the owner's for
+      :meth:`close`, the writer's for a socket error).
+
+    An exception raised by any callback is logged and otherwise ignored; it never stops
+    the writer. Callbacks may call :meth:`write` and :meth:`close`.
+
+    The channel only writes. Whoever reads the socket sees EOF or errors on its own and
+    should call :meth:`close`; a reset peer is also noticed by the next send.
+
+    Args:
+        sock: a connected gevent socket, in cooperative blocking mode (timeout None or
+            positive; a positive timeout only bounds each wait and the writer retries).
+            The channel becomes its only writer and closes it on close.
+        high_watermark: the channel turns unwritable once pending bytes exceed this.
+        low_watermark: an unwritable channel turns writable once pending bytes drop
+            below this.
+        on_writability_changed: called with the new value on each flip.
+        on_closed: called once when the channel closes, with the socket error that
+            closed it, or with what was passed to :meth:`close`.
+        name: a label for logs and the writer greenlet.
+
+    Raises:
+        ValueError: the watermarks are not ``0 < low_watermark <= high_watermark``, or the
+            socket is non-blocking (timeout 0), which would make the writer spin.
+    """
+
+    def __init__(
+        self,
+        sock: gevent.socket.socket,
+        *,
+        high_watermark: int = 65536,
+        low_watermark: int = 32768,
+        on_writability_changed: Callable[[bool], None] | None = None,
+        on_closed: Callable[[BaseException | None], None] | None = None,
+        name: str = "",
+    ) -> None:
+        if not 0 < low_watermark <= high_watermark:
+            raise ValueError(
+                f"watermarks must satisfy 0 < low <= high, got low={low_watermark} "
+                f"high={high_watermark}"
+            )
+        if sock.gettimeout() == 0.0:
+            raise ValueError("the channel needs a socket in blocking mode, not timeout 0")
+        self.name = name
+        self._sock = sock
+        self._high = high_watermark
+        self._low = low_watermark
+        self._on_writability_changed = on_writability_changed
+        self._on_closed = on_closed
+        self._queue: deque[_PendingWrite] = deque()
+        self._wakeup = gevent.event.Event()
+        self._writable = True
+        self._closed = False
+        self._close_cause: BaseException | None = None
+        self._pending_bytes = 0
+        self._writability_changes = 0
+        self._bytes_written = 0
+        self._writes = 0
+        self._writer = gevent.Greenlet(self._run_writer)
+        self._writer.name = f"channel-writer {name}".rstrip()
+        self._writer.start()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("writable" if self._writable else "unwritable")
+        return f"<Channel {self.name!r} {state} pending={self._pending_bytes}>"
+
+    @property
+    def writable(self) -> bool:
+        """False once pending bytes exceed the high watermark, until they drop below the low.
+
+        Also False once closed.
+        """
+        return self._writable
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes queued but not yet handed to the kernel."""
+        return self._pending_bytes
+
+    @property
+    def closed(self) -> bool:
+        """Whether the channel is closed."""
+        return self._closed
+
+    def write(
+        self, data: BytesLike | Sequence[BytesLike], callback: WriteCallback | None = None
+    ) -> None:
+        """Queue bytes for sending; never blocks.
+
+        The buffers are sent without copying, so the caller must not change a mutable
+        buffer (``bytearray``, ``memoryview``) until the write completes.
+
+        Args:
+            data: one buffer, or a sequence of buffers sent back to back as one logical
+                write.
+            callback: called once: with None when all of ``data`` has been handed to the
+                kernel (not delivered to the peer), or with :class:`ChannelClosed` if the
+                channel closes first. On a closed channel it is called with
+                :class:`ChannelClosed` before ``write()`` returns.
+
+        Raises:
+            TypeError: ``data`` is not a bytes-like object or a sequence of them.
+        """
+        if isinstance(data, bytes | bytearray | memoryview):
+            view = _byte_view(data)
+            buffers = [view] if len(view) else []
+            size = len(view)
+        else:
+            buffers = []
+            size = 0
+            for part in data:
+                view = _byte_view(part)
+                if len(view):
+                    buffers.append(view)
+                    size += len(view)
+        if self._closed:
+            self._notify_write(callback, ChannelClosed(self._close_cause))
+            return
+        self._queue.append(_PendingWrite(buffers, callback))
+        self._pending_bytes += size
+        self._wakeup.set()
+        if self._writable and self._pending_bytes > self._high:
+            self._set_writable(False)
+
+    def close(self, exc: BaseException | None = None) -> None:
+        """Close the channel and its socket; idempotent, never blocks.
+
+        Bytes already handed to the kernel may still reach the peer, and writes wholly in
+        the kernel still complete with None (even if this is called from the callback of an
+        earlier write in the same batch). Pending writes fail with ``ChannelClosed(exc)``,
+        and so do later ones. ``on_closed(exc)`` runs once,
+        before this returns, unless the channel was already closed.
+
+        Args:
+            exc: why the channel is being closed, passed on to the callbacks.
+        """
+        self._shutdown(exc)
+
+    def statistics(self) -> ChannelStatistics:
+        """Return a snapshot of the channel's counters."""
+        return ChannelStatistics(
+            writable=self._writable,
+            pending_bytes=self._pending_bytes,
+            writability_changes=self._writability_changes,
+            bytes_written=self._bytes_written,
+            writes=self._writes,
+            closed=self._closed,
+        )
+
+    # -- the writer greenlet -------------------------------------------------------------
+
+    def _run_writer(self) -> None:
+        try:
+            while not self._closed:
+                self._wakeup.wait()
+                self._wakeup.clear()
+                while self._queue and not self._closed:
+                    buffers = self._gather()
+                    sent = self._send(buffers) if buffers else 0
+                    if sent is None:
+                        return
+                    self._complete(sent)
+        except Exception as exc:
+            logger.exception("%r: writer failed", self)
+            self._shutdown(exc)
+        except BaseException as exc:  # killed, or the interpreter is exiting
+            self._shutdown(exc)
+            raise
+
+    def _gather(self) -> list[memoryview]:
+        buffers: list[memoryview] = []
+        total = 0
+        for pending in self._queue:
+            for buffer in pending.unsent():
+                buffers.append(buffer)
+                total += len(buffer)
+                if len(buffers) >= MAX_IOVECS or total >= MAX_SEND_BYTES:
+                    return buffers
+        return buffers
+
+    def _send(self, buffers: list[memoryview]) -> int | None:
+        """Hand buffers to the kernel; return the bytes taken, or None once closed."""
+        while True:
+            try:
+                # Parks only this greenlet while the kernel's buffer is full.
+                sent: int = self._sock.sendmsg(buffers)
+            except TimeoutError:
+                # A socket timeout set for reads; nothing was sent, so try again.
+                if self._closed:
+                    return None
+                continue
+            except OSError as exc:
+                # After close() the parked send is cancelled with EBADF: not a new error.
+                if not self._closed:
+                    self._shutdown(exc)
+                return None
+            return sent
+
+    def _complete(self, sent: int) -> None:
+        self._pending_bytes -= sent
+        self._bytes_written += sent
+        # Flip first, so callbacks see `writable` agree with `pending_bytes`.
+        if not self._writable and self._pending_bytes < self._low:
+            self._set_writable(True)
+        # Unlink finished writes before running any callback: a callback that closes the
+        # channel must not fail writes whose bytes are already in the kernel.
+        finished: list[_PendingWrite] = []
+        queue = self._queue
+        while queue:
+            head = queue[0]
+            sent = head.consume(sent)
+            if not head.done:
+                break
+            finished.append(queue.popleft())
+        self._writes += len(finished)
+        for pending in finished:
+            self._notify_write(pending.callback, None)
+
+    # -- state changes and callbacks -------------------------------------------------------
+
+    def _set_writable(self, writable: bool) -> None:
+        self._writable = writable
+        self._writability_changes += 1
+        if self._on_writability_changed is not None:
+            try:
+                self._on_writability_changed(writable)
+            except Exception:
+                logger.exception("%r: on_writability_changed(%s) raised", self, writable)
+
+    def _shutdown(self, cause: BaseException | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._close_cause = cause
+        self._writable = False
+        failed = list(self._queue)
+        self._queue.clear()
+        self._pending_bytes = 0
+        self._wakeup.set()  # lets an idle writer exit
+        try:
+            # Also cancels a send parked in the writer.
+            self._sock.close()
+        except OSError:
+            logger.debug("%r: closing the socket failed", self, exc_info=True)
+        for pending in failed:
+            self._notify_write(pending.callback, ChannelClosed(cause))
+        if self._on_closed is not None:
+            try:
+                self._on_closed(cause)
+            except Exception:
+                logger.exception("%r: on_closed raised", self)
+
+    def _notify_write(self, callback: WriteCallback | None, error: BaseException | None) -> None:
+        if callback is None:
+            return
+        try:
+            callback(error)
+        except Exception:
+            logger.exception("%r: write callback raised", self)

@@ -1,0 +1,66 @@
+"""brokerlet's sans-IO codec for the Pulsar binary protocol.
+
+Nothing here does I/O or imports gevent or Pykka: bytes go in, commands and frames come
+out. Commands are the generated protobuf classes in ``pb``::
+
+    from brokerlet.transport.protocol import pb, encode_command
+
+    frame = encode_command(pb.BaseCommand(
+        type=pb.BaseCommand.CONNECTED,
+        connected=pb.CommandConnected(server_version="brokerlet", protocol_version=20),
+    ))
+"""
+
+from brokerlet.transport.protocol import pulsar_pb2 as pb
+from brokerlet.transport.protocol._errors import ProtocolError
+from brokerlet.transport.protocol._fast import (
+    encode_ack,
+    encode_flow,
+    encode_message,
+    encode_send,
+    encode_send_receipt,
+)
+from brokerlet.transport.protocol._framing import (
+    PROTOCOL_VERSION,
+    Frame,
+    FrameDecoder,
+    command_name,
+    encode_command,
+    encode_payload_command,
+)
+from brokerlet.transport.protocol._payload import (
+    MAGIC_BROKER_ENTRY_METADATA,
+    MAGIC_CRC32C,
+    Payload,
+    build_entry,
+    crc32c,
+    decode_payload,
+    encode_batch,
+    parse_metadata,
+    split_batch,
+)
+
+__all__ = [
+    "MAGIC_BROKER_ENTRY_METADATA",
+    "MAGIC_CRC32C",
+    "PROTOCOL_VERSION",
+    "Frame",
+    "FrameDecoder",
+    "Payload",
+    "ProtocolError",
+    "build_entry",
+    "command_name",
+    "crc32c",
+    "decode_payload",
+    "encode_ack",
+    "encode_batch",
+    "encode_command",
+    "encode_flow",
+    "encode_message",
+    "encode_payload_command",
+    "encode_send",
+    "encode_send_receipt",
+    "parse_metadata",
+    "pb",
+    "split_batch",
+]

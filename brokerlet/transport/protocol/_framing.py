@@ -1,0 +1,311 @@
+"""Frame decoding and generic frame encoding.
+
+A frame is::
+
+    [total_size u32 BE][command_size u32 BE][BaseCommand][payload section...]
+
+where ``total_size`` counts everything after itself and only SEND and MESSAGE carry a
+payload section. The decoder is sans-IO in the h11 style: the caller feeds it whatever
+bytes arrived and gets back complete frames.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from brokerlet.transport.protocol import pulsar_pb2 as pb
+from brokerlet.transport.protocol._errors import ProtocolError
+from brokerlet.transport.protocol._payload import MAGIC_CRC32C
+from brokerlet.transport.protocol._proto import merge_from, missing_fields
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "Frame",
+    "FrameDecoder",
+    "command_name",
+    "encode_command",
+    "encode_payload_command",
+]
+
+PROTOCOL_VERSION = 20
+"""The Pulsar protocol version brokerlet speaks (adds TOPIC_MIGRATED; we never send it)."""
+
+_U32 = struct.Struct(">I")
+_FRAME_HEADER = struct.Struct(">II")
+_CHECKSUM_HEADER = struct.Struct(">HI")
+
+_SEND = pb.BaseCommand.SEND
+_MESSAGE = pb.BaseCommand.MESSAGE
+_PAYLOAD_TYPES = frozenset((_SEND, _MESSAGE))
+_KNOWN_TYPES = frozenset(pb.BaseCommand.Type.values())
+
+# Type value -> name of its body field, for the types our schema declares a body for.
+# The schema keeps body field numbers equal to type values, so the descriptor is the table.
+_BODY_FIELDS: dict[int, str] = {
+    field.number: field.name
+    for field in pb.BaseCommand.DESCRIPTOR.fields
+    if field.number in _KNOWN_TYPES
+}
+
+
+def command_name(type_value: int) -> str:
+    """Name of a command type for logs, e.g. ``"SEND"``; ``"UNKNOWN(99)"`` if undefined."""
+    if type_value in _KNOWN_TYPES:
+        return pb.BaseCommand.Type.Name(type_value)  # type: ignore[arg-type]
+    return f"UNKNOWN({type_value})"
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One decoded frame.
+
+    Attributes:
+        command: The command, with its required fields and its body present.
+        payload: The raw payload section (see ``decode_payload``) for SEND and MESSAGE;
+            None for every other command.
+    """
+
+    command: pb.BaseCommand
+    payload: bytes | None
+
+
+class FrameDecoder:
+    """Turns a byte stream into frames.
+
+    After a ProtocolError the decoder is broken for good: the stream has lost sync.
+    Frames decoded earlier in the same ``feed`` call are dropped with it, which is
+    harmless because the connection is about to be closed.
+    """
+
+    def __init__(self, max_frame_size: int) -> None:
+        """Create a decoder.
+
+        Args:
+            max_frame_size: Largest ``total_size`` accepted. Callers add headroom for the
+                command and metadata on top of the largest message they allow.
+        """
+        if max_frame_size < 4:
+            raise ValueError(f"max_frame_size must be at least 4, got {max_frame_size}")
+        self._max_frame_size = max_frame_size
+        self._buffer = bytearray()
+        self._failure: ProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held back because they do not yet form a complete frame."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        """Add received bytes and return every frame they complete.
+
+        Args:
+            data: The next bytes of the stream, in any chunking.
+
+        Returns:
+            Complete frames in stream order (possibly none).
+
+        Raises:
+            ProtocolError: The stream is malformed, or an earlier call already failed.
+        """
+        if self._failure is not None:
+            raise ProtocolError(f"decoder already failed: {self._failure.reason}")
+        buffer = self._buffer
+        source: bytes | bytearray | memoryview
+        if buffer:
+            buffer += data
+            source = buffer
+        else:
+            # The common case: decode straight from the caller's bytes, no copy.
+            source = data
+        try:
+            frames, consumed = self._decode_frames(source)
+        except ProtocolError as exc:
+            self._failure = exc
+            buffer.clear()
+            raise
+        if source is buffer:
+            # Deleting a prefix of a bytearray only moves its start pointer.
+            del buffer[:consumed]
+        elif consumed < len(data):
+            buffer += memoryview(data)[consumed:]
+        return frames
+
+    def eof(self) -> None:
+        """Signal the end of the stream.
+
+        Raises:
+            ProtocolError: The stream ended inside a frame.
+        """
+        if self._buffer:
+            raise ProtocolError(
+                f"connection closed inside a frame ({len(self._buffer)} bytes buffered)"
+            )
+
+    def _decode_frames(self, source: bytes | bytearray | memoryview) -> tuple[list[Frame], int]:
+        """Decode all complete frames in ``source``; return them and the bytes used."""
+        frames: list[Frame] = []
+        end = len(source)
+        offset = 0
+        limit = self._max_frame_size
+        unpack_u32 = _U32.unpack_from
+        with memoryview(source) as view:
+            while end - offset >= 4:
+                (total_size,) = unpack_u32(view, offset)
+                if total_size > limit:
+                    raise ProtocolError(f"frame of {total_size} bytes exceeds the limit of {limit}")
+                if total_size < 4:
+                    raise ProtocolError(
+                        f"frame size {total_size} is too small to hold a command size"
+                    )
+                frame_end = offset + 4 + total_size
+                if frame_end > end:
+                    break
+                (command_size,) = unpack_u32(view, offset + 4)
+                if command_size + 4 > total_size:
+                    raise ProtocolError(
+                        f"command of {command_size} bytes does not fit in a frame of "
+                        f"{total_size} bytes"
+                    )
+                command_end = offset + 8 + command_size
+                command = _decode_command(view[offset + 8 : command_end])
+                if command.type in _PAYLOAD_TYPES:
+                    payload: bytes | None = bytes(view[command_end:frame_end])
+                elif command_end != frame_end:
+                    raise ProtocolError(
+                        f"{frame_end - command_end} unexpected bytes after a "
+                        f"{command_name(command.type)} command"
+                    )
+                else:
+                    payload = None
+                frames.append(Frame(command, payload))
+                offset = frame_end
+        return frames, offset
+
+
+def _decode_command(data: memoryview) -> pb.BaseCommand:
+    """Parse and validate one BaseCommand."""
+    command = pb.BaseCommand()
+    try:
+        # MergeFromString rather than FromString: it leaves required-field checking to
+        # us, so the error can name the missing fields.
+        merge_from(command, data)
+    except DecodeError as exc:
+        peeked = _peek_type(data)
+        if peeked is not None and peeked not in _KNOWN_TYPES:
+            raise ProtocolError(f"unknown command type {peeked}") from None
+        what = command_name(peeked) if peeked is not None else "untyped"
+        raise ProtocolError(f"undecodable {what} command: {exc}") from None
+    if not command.HasField("type"):
+        # proto2 keeps an undefined enum value as an unknown field, so look ourselves.
+        peeked = _peek_type(data)
+        if peeked is None:
+            raise ProtocolError("command has no type")
+        raise ProtocolError(f"unknown command type {peeked}")
+    type_value = command.type
+    body = _BODY_FIELDS.get(type_value)
+    # The stubs type HasField's argument as a Literal of field names; ours come from the
+    # descriptor, so they are valid by construction.
+    if body is not None and not command.HasField(body):  # type: ignore[arg-type]
+        raise ProtocolError(f"{command_name(type_value)} without its body")
+    if not command.IsInitialized():
+        missing = missing_fields(command)
+        raise ProtocolError(
+            f"{command_name(type_value)} command is missing required fields: {missing}"
+        )
+    return command
+
+
+def _peek_type(data: memoryview) -> int | None:
+    """Find the raw value of field 1 (``type``) in a serialised BaseCommand.
+
+    Walks the top-level fields without interpreting them; returns the last value seen
+    (protobuf's rule for repeated scalars), or None if there is none or the bytes are
+    too broken to walk.
+    """
+    found: int | None = None
+    offset = 0
+    end = len(data)
+    while offset < end:
+        tag, offset = _read_varint(data, offset)
+        if tag < 0:
+            return found
+        field_number, wire_type = tag >> 3, tag & 7
+        if wire_type == 0:
+            value, offset = _read_varint(data, offset)
+            if value < 0:
+                return found
+            if field_number == 1:
+                found = value
+        elif wire_type == 1:
+            offset += 8
+        elif wire_type == 2:
+            length, offset = _read_varint(data, offset)
+            if length < 0:
+                return found
+            offset += length
+        elif wire_type == 5:
+            offset += 4
+        else:
+            return found
+    return found
+
+
+def _read_varint(data: memoryview, offset: int) -> tuple[int, int]:
+    """Read a varint at ``offset``; return (value, next offset), value -1 if malformed."""
+    value = 0
+    shift = 0
+    end = len(data)
+    while offset < end and shift < 70:
+        byte = data[offset]
+        offset += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, offset
+        shift += 7
+    return -1, offset
+
+
+def encode_command(command: pb.BaseCommand) -> bytes:
+    """Frame a command that carries no payload.
+
+    Args:
+        command: A complete command.
+
+    Returns:
+        The frame, ready to write.
+
+    Raises:
+        google.protobuf.message.EncodeError: A required field is missing (a bug in the
+            caller: the official client would drop the connection over it).
+    """
+    body = command.SerializeToString()
+    return _FRAME_HEADER.pack(len(body) + 4, len(body)) + body
+
+
+def encode_payload_command(command: pb.BaseCommand, entry: bytes, checksum: int | None) -> bytes:
+    """Frame a SEND or MESSAGE with its payload section.
+
+    Args:
+        command: A complete SEND or MESSAGE command.
+        entry: ``[metadata_size u32][MessageMetadata][payload]``.
+        checksum: CRC-32C of ``entry`` to send after the 0x0e01 magic, or None to send
+            no checksum at all.
+
+    Returns:
+        The frame, ready to write.
+
+    Raises:
+        ValueError: The command is not SEND or MESSAGE.
+        google.protobuf.message.EncodeError: A required field is missing.
+    """
+    if command.type not in _PAYLOAD_TYPES:
+        raise ValueError(f"{command_name(command.type)} carries no payload")
+    body = command.SerializeToString()
+    if checksum is None:
+        header = _FRAME_HEADER.pack(4 + len(body) + len(entry), len(body))
+        return b"".join((header, body, entry))
+    header = _FRAME_HEADER.pack(10 + len(body) + len(entry), len(body))
+    return b"".join((header, body, _CHECKSUM_HEADER.pack(MAGIC_CRC32C, checksum), entry))

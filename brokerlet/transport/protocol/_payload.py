@@ -1,0 +1,242 @@
+"""The payload section that follows SEND and MESSAGE commands.
+
+On the wire the section is::
+
+    [0x0e02][size u32][BrokerEntryMetadata]   optional, broker to client only
+    [0x0e01][crc32c u32]                      optional
+    [metadata_size u32][MessageMetadata][payload]
+
+brokerlet stores the last line (the *entry*) verbatim and never re-encodes the producer's
+metadata, because consumers read meaning from which metadata fields are present.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import crc32c as _crc32c_lib
+from google.protobuf.message import DecodeError
+
+from brokerlet.transport.protocol import pulsar_pb2 as pb
+from brokerlet.transport.protocol._errors import ProtocolError
+from brokerlet.transport.protocol._proto import merge_from, missing_fields
+
+__all__ = [
+    "MAGIC_BROKER_ENTRY_METADATA",
+    "MAGIC_CRC32C",
+    "Payload",
+    "build_entry",
+    "crc32c",
+    "decode_payload",
+    "encode_batch",
+    "parse_metadata",
+    "split_batch",
+]
+
+MAGIC_CRC32C = 0x0E01
+MAGIC_BROKER_ENTRY_METADATA = 0x0E02
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_MAGIC_AND_U32 = struct.Struct(">HI")
+
+
+def crc32c(data: bytes | bytearray | memoryview) -> int:
+    """CRC-32C (Castagnoli) of ``data``, computed in hardware where the CPU allows.
+
+    Args:
+        data: Bytes to checksum.
+
+    Returns:
+        The checksum as an unsigned 32-bit integer (0xE3069283 for b"123456789").
+    """
+    result: int = _crc32c_lib.crc32c(data)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """A decoded payload section.
+
+    Attributes:
+        entry: ``[metadata_size u32][MessageMetadata][payload]`` exactly as the producer
+            sent it. Only structurally checked when ``checksum_ok`` is True.
+        checksum: CRC-32C of ``entry``: the value the sender wrote if it sent one,
+            otherwise computed here.
+        checksum_ok: False only when a sent checksum does not match ``entry``.
+    """
+
+    entry: bytes
+    checksum: int
+    checksum_ok: bool
+
+
+def decode_payload(data: bytes) -> Payload:
+    """Split a payload section into its checksum and entry.
+
+    Skips an optional broker-entry-metadata block; the checksum magic is optional too
+    (clients below protocol version 6 send none). A checksum mismatch is reported, not
+    raised, because Pulsar answers it with a per-message error and keeps the connection.
+
+    Args:
+        data: Everything in the frame after the command.
+
+    Returns:
+        The entry with its checksum.
+
+    Raises:
+        ProtocolError: The section is truncated or its metadata size points past its end.
+    """
+    offset = 0
+    size = len(data)
+    if size >= 2 and _U16.unpack_from(data, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
+        if size < 6:
+            raise ProtocolError("payload ends inside the broker entry metadata header")
+        (metadata_size,) = _U32.unpack_from(data, 2)
+        offset = 6 + metadata_size
+        if offset > size:
+            raise ProtocolError(
+                f"broker entry metadata of {metadata_size} bytes runs past the end of "
+                f"a {size}-byte payload"
+            )
+
+    sent_checksum: int | None = None
+    if size - offset >= 2 and _U16.unpack_from(data, offset)[0] == MAGIC_CRC32C:
+        if size - offset < 6:
+            raise ProtocolError("payload ends inside the checksum")
+        (sent_checksum,) = _U32.unpack_from(data, offset + 2)
+        offset += 6
+
+    entry = data[offset:] if offset else data
+    if sent_checksum is not None:
+        computed = crc32c(entry)
+        if computed != sent_checksum:
+            # Corruption is what the checksum is for: let the caller answer it per message.
+            return Payload(entry=bytes(entry), checksum=sent_checksum, checksum_ok=False)
+    _check_entry(entry)
+    checksum = crc32c(entry) if sent_checksum is None else sent_checksum
+    return Payload(entry=bytes(entry), checksum=checksum, checksum_ok=True)
+
+
+def _check_entry(entry: bytes | memoryview) -> int:
+    """Validate an entry's metadata size and return it."""
+    if len(entry) < 4:
+        raise ProtocolError(f"entry of {len(entry)} bytes is too short for its metadata size")
+    (metadata_size,) = _U32.unpack_from(entry, 0)
+    if metadata_size > len(entry) - 4:
+        raise ProtocolError(
+            f"metadata size {metadata_size} runs past the end of a {len(entry)}-byte entry"
+        )
+    return int(metadata_size)
+
+
+def parse_metadata(entry: bytes) -> pb.MessageMetadata:
+    """Decode the MessageMetadata at the start of an entry.
+
+    Args:
+        entry: ``[metadata_size u32][MessageMetadata][payload]``.
+
+    Returns:
+        The parsed metadata.
+
+    Raises:
+        ProtocolError: The entry is truncated, or the metadata is undecodable or lacks a
+            required field.
+    """
+    metadata_size = _check_entry(entry)
+    metadata = pb.MessageMetadata()
+    try:
+        merge_from(metadata, memoryview(entry)[4 : 4 + metadata_size])
+    except DecodeError as exc:
+        raise ProtocolError(f"undecodable message metadata: {exc}") from None
+    if not metadata.IsInitialized():
+        missing = missing_fields(metadata)
+        raise ProtocolError(f"message metadata is missing required fields: {missing}")
+    return metadata
+
+
+def build_entry(metadata: pb.MessageMetadata, payload: bytes) -> bytes:
+    """Assemble an entry from metadata and payload.
+
+    Args:
+        metadata: Complete metadata (required fields set).
+        payload: The message body, or a batch from :func:`encode_batch`.
+
+    Returns:
+        ``[metadata_size u32][MessageMetadata][payload]``.
+    """
+    encoded = metadata.SerializeToString()
+    return b"".join((_U32.pack(len(encoded)), encoded, payload))
+
+
+def encode_batch(messages: Sequence[tuple[pb.SingleMessageMetadata, bytes]]) -> bytes:
+    """Concatenate messages into a batch payload.
+
+    ``payload_size`` is filled in from each payload; a metadata object whose value
+    disagrees is copied rather than modified.
+
+    Args:
+        messages: (per-message metadata, payload) pairs in batch order.
+
+    Returns:
+        ``[size u32][SingleMessageMetadata][payload]`` repeated for each message.
+    """
+    parts: list[bytes] = []
+    for given, payload in messages:
+        single = given
+        if not given.HasField("payload_size") or given.payload_size != len(payload):
+            single = pb.SingleMessageMetadata()
+            single.CopyFrom(given)
+            single.payload_size = len(payload)
+        encoded = single.SerializeToString()
+        parts.append(_U32.pack(len(encoded)))
+        parts.append(encoded)
+        parts.append(payload)
+    return b"".join(parts)
+
+
+def split_batch(payload: bytes, count: int) -> list[tuple[pb.SingleMessageMetadata, bytes]]:
+    """Split a batch payload into its messages.
+
+    Args:
+        payload: The (uncompressed) batch payload.
+        count: ``num_messages_in_batch`` from the entry's metadata.
+
+    Returns:
+        (per-message metadata, payload) pairs in batch order.
+
+    Raises:
+        ProtocolError: The batch is truncated, a header is undecodable, or bytes are
+            left over after ``count`` messages.
+    """
+    view = memoryview(payload)
+    size = len(payload)
+    offset = 0
+    messages: list[tuple[pb.SingleMessageMetadata, bytes]] = []
+    for index in range(count):
+        if size - offset < 4:
+            raise ProtocolError(f"batch ends before message {index} of {count}")
+        (header_size,) = _U32.unpack_from(payload, offset)
+        offset += 4
+        if header_size > size - offset:
+            raise ProtocolError(f"header of batch message {index} runs past the end")
+        single = pb.SingleMessageMetadata()
+        try:
+            merge_from(single, view[offset : offset + header_size])
+        except DecodeError as exc:
+            raise ProtocolError(f"undecodable header of batch message {index}: {exc}") from None
+        if not single.IsInitialized():
+            raise ProtocolError(f"header of batch message {index} has no payload_size")
+        offset += header_size
+        body_size = single.payload_size
+        if body_size < 0 or body_size > size - offset:
+            raise ProtocolError(
+                f"batch message {index} claims {body_size} bytes; {size - offset} are left"
+            )
+        messages.append((single, bytes(view[offset : offset + body_size])))
+        offset += body_size
+    if offset != size:
+        raise ProtocolError(f"{size - offset} bytes left over after {count} batch messages")
+    return messages

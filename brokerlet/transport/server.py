@@ -1,0 +1,184 @@
+"""The listening side: accept connections, read and decode, hand frames to connection actors.
+
+Each accepted connection gets a :class:`~brokerlet.transport.channel.Channel` for its outbound
+bytes and a connection actor for its protocol state; the greenlet that accepted it becomes its
+reader: it receives, decodes, and sends one message per received chunk of frames. The reader
+also keeps the connection alive: after ``keep_alive_interval_seconds`` of silence it sends a
+PING, and after a second silent interval it closes the connection.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket as stdlib_socket
+from collections.abc import Callable
+from typing import Any
+
+from gevent import socket
+from gevent.server import StreamServer
+
+from brokerlet.actors._conflate import ConflatedTell
+from brokerlet.actors.connection import ConnectionActor, ConnectionLost, Received
+from brokerlet.actors.consumer import ConnectionHandle
+from brokerlet.actors.eventloop import WritabilityChanged
+from brokerlet.config import Settings
+from brokerlet.transport.channel import Channel
+from brokerlet.transport.protocol import FrameDecoder, ProtocolError, encode_command, pb
+from brokerlet.transport.sockopts import configure_socket
+
+__all__ = ["FRAME_PADDING", "Server"]
+
+log = logging.getLogger(__name__)
+
+FRAME_PADDING = 10 * 1024
+"""Room for the command and metadata on top of ``max_message_size`` in one frame."""
+
+_PING = encode_command(pb.BaseCommand(type=pb.BaseCommand.PING, ping=pb.CommandPing()))
+
+
+class Server:
+    """Accepts Pulsar connections on ``settings.host``/``settings.port``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        broker: Any,
+        event_loops: list[Any],
+        advertised_url: Callable[[], str],
+    ) -> None:
+        self.settings = settings
+        self.broker = broker
+        self.event_loops = event_loops
+        self._advertised_url = advertised_url
+        self._next_loop = itertools.cycle(range(len(event_loops)))
+        self._connections: set[socket.socket] = set()
+        self._actors: set[Any] = set()
+        self._server: StreamServer | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self._server is not None
+        host, port = self._server.address[:2]
+        return host, port
+
+    def start(self) -> None:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted sockets inherit the receive buffer; it must be set before listen().
+        if self.settings.so_rcvbuf:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.settings.so_rcvbuf)
+        if self.settings.so_sndbuf:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.settings.so_sndbuf)
+        listener.bind((self.settings.host, self.settings.port))
+        listener.listen(self.settings.connection_backlog)
+        self._server = StreamServer(listener, self._handle)
+        self._server.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop accepting, close every connection, and wait for their actors to finish."""
+        if self._server is not None:
+            self._server.close()
+        for sock in list(self._connections):
+            _shutdown(sock)
+        if self._server is not None:
+            self._server.stop(timeout)
+        for actor in list(self._actors):
+            actor.stop(block=True, timeout=timeout)
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    def _handle(self, sock: socket.socket, address: tuple[str, int]) -> None:
+        peer = f"{address[0]}:{address[1]}"
+        settings = self.settings
+        configure_socket(
+            sock,
+            nodelay=settings.tcp_nodelay,
+            notsent_lowat=settings.tcp_notsent_lowat,
+            sndbuf=settings.so_sndbuf,
+            rcvbuf=settings.so_rcvbuf,
+        )
+        event_loop = self.event_loops[next(self._next_loop)]
+        handle = ConnectionHandle(peer=peer, channel=None, event_loop=event_loop)  # type: ignore[arg-type]
+        handle.writable_notice = ConflatedTell(event_loop, WritabilityChanged(handle))
+        closed_reason: list[str] = []
+
+        def close_socket(reason: str) -> None:
+            closed_reason.append(reason)
+            _shutdown(sock)
+
+        handle.channel = Channel(
+            sock,
+            high_watermark=settings.high_watermark,
+            low_watermark=settings.low_watermark,
+            on_writability_changed=handle.channel_writability_changed,
+            on_closed=lambda exc: _shutdown(sock),
+            name=peer,
+        )
+        actor = ConnectionActor.start(
+            handle=handle,
+            broker=self.broker,
+            settings=settings,
+            advertised_url=self._advertised_url(),
+            close_socket=close_socket,
+        )
+        self._connections.add(sock)
+        self._actors.add(actor)
+        log.info("connection from %s", peer)
+        reason = "closed by peer"
+        try:
+            reason = self._read_loop(sock, actor, handle.channel, peer) or reason
+        finally:
+            self._connections.discard(sock)
+            if closed_reason:
+                reason = closed_reason[0]
+            handle.channel.close()
+            actor.tell(ConnectionLost(reason))
+            self._actors.discard(actor)
+
+    def _read_loop(
+        self, sock: socket.socket, actor: Any, channel: Channel, peer: str
+    ) -> str | None:
+        """Receive until the connection ends; returns why it ended."""
+        decoder = FrameDecoder(self.settings.max_message_size + FRAME_PADDING)
+        interval = self.settings.keep_alive_interval_seconds or None
+        sock.settimeout(interval)
+        pinged = False
+        recv = sock.recv
+        tell = actor.tell
+        while True:
+            try:
+                data = recv(262144)
+            except TimeoutError:
+                if pinged:
+                    return f"no response to keep-alive within {interval} s"
+                channel.write(_PING)
+                pinged = True
+                continue
+            except OSError as error:
+                return f"socket error: {error}"
+            if not data:
+                try:
+                    decoder.eof()
+                except ProtocolError as error:
+                    return f"closed by peer mid-frame: {error.reason}"
+                return None
+            pinged = False
+            try:
+                frames = decoder.feed(data)
+            except ProtocolError as error:
+                log.warning("closing connection from %s: %s", peer, error.reason)
+                return f"protocol error: {error.reason}"
+            if frames:
+                tell(Received(frames))
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(stdlib_socket.SHUT_RDWR)
+    except OSError:
+        pass
+

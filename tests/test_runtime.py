@@ -1,0 +1,325 @@
+"""The actor runtime: GeventActor and GeventFuture, checked against ThreadingActor."""
+
+from __future__ import annotations
+
+import queue
+import time
+from typing import TYPE_CHECKING, Any
+
+import gevent
+import gevent.event
+import pykka
+import pytest
+
+from brokerlet.actors._runtime import GeventActor, GeventFuture, HandlerTimeout, timeout_after
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from tests.conftest import EventLike, Runtime
+
+WAIT = 5.0  # seconds; a bound on waits that should end almost at once
+
+
+class Recorder:
+    """Mixin: records messages, answers asks, fails on request."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.received: list[Any] = []
+        self.name = "recorder"
+
+    def on_receive(self, message: Any) -> Any:
+        if message == "received":
+            return list(self.received)
+        if message == "fail":
+            raise ValueError("boom")
+        if isinstance(message, tuple) and message[0] == "double":
+            return message[1] * 2
+        self.received.append(message)
+        return None
+
+    def add(self, a: int, b: int) -> int:
+        return a + b
+
+
+def start_recorder(runtime: Runtime) -> pykka.ActorRef[Any]:
+    actor_class = type("RecorderActor", (Recorder, runtime.actor_class), {})
+    return actor_class.start()
+
+
+def start_blocker(
+    actor_class: type[pykka.Actor], entered: EventLike, release: EventLike
+) -> pykka.ActorRef[Any]:
+    """An actor whose "block" message parks it until `release` is set."""
+
+    class Blocker(actor_class):
+        def on_receive(self, message: Any) -> Any:
+            if message == "block":
+                entered.set()
+                assert release.wait(WAIT)
+            return message
+
+    ref: pykka.ActorRef[Any] = Blocker.start()
+    return ref
+
+
+def test_tell_is_fifo(runtime: Runtime) -> None:
+    ref = start_recorder(runtime)
+    for number in range(1000):
+        ref.tell(number)
+    assert ref.ask("received", timeout=WAIT) == list(range(1000))
+
+
+def test_ask_returns_the_handler_result(runtime: Runtime) -> None:
+    ref = start_recorder(runtime)
+    assert ref.ask(("double", 21), timeout=WAIT) == 42
+    future = ref.ask(("double", "ab"), block=False)
+    assert isinstance(future, runtime.future_class)
+    assert future.get(timeout=WAIT) == "abab"
+
+
+def test_ask_raises_handler_exception_with_its_traceback_and_actor_lives(
+    runtime: Runtime,
+) -> None:
+    ref = start_recorder(runtime)
+    with pytest.raises(ValueError, match="boom") as caught:
+        ref.ask("fail", timeout=WAIT)
+    assert "on_receive" in [entry.name for entry in caught.traceback]
+    assert ref.is_alive()
+    assert ref.ask(("double", 1), timeout=WAIT) == 2
+
+
+def test_tell_failure_stops_actor_and_calls_on_failure(runtime: Runtime) -> None:
+    failed = runtime.event_class()
+    failures: list[type[BaseException] | None] = []
+
+    class Failing(runtime.actor_class):
+        def on_receive(self, message: Any) -> None:
+            raise KeyError(message)
+
+        def on_failure(
+            self,
+            exception_type: type[BaseException] | None,
+            exception_value: BaseException | None,
+            traceback: TracebackType | None,
+        ) -> None:
+            failures.append(exception_type)
+            failed.set()
+
+    ref = Failing.start()
+    ref.tell("anything")
+    assert failed.wait(WAIT)
+    assert failures == [KeyError]
+    assert not ref.is_alive()
+    with pytest.raises(pykka.ActorDeadError):
+        ref.ask("anything", timeout=WAIT)
+
+
+def test_stop_blocks_until_on_stop_has_run(runtime: Runtime) -> None:
+    events: list[str] = []
+
+    class Stoppable(runtime.actor_class):
+        def on_receive(self, message: Any) -> None:
+            events.append(message)
+
+        def on_stop(self) -> None:
+            events.append("on_stop")
+
+    ref = Stoppable.start()
+    ref.tell("before")
+    assert ref.stop(block=True, timeout=WAIT) is True
+    assert events == ["before", "on_stop"]
+    assert not ref.is_alive()
+    assert ref.stop(block=True, timeout=WAIT) is False
+
+
+def test_ask_timeout_raises_pykka_timeout_within_bound(runtime: Runtime) -> None:
+    entered, release = runtime.event_class(), runtime.event_class()
+    ref = start_blocker(runtime.actor_class, entered, release)
+    try:
+        ref.tell("block")
+        assert entered.wait(WAIT)
+        started = time.monotonic()
+        with pytest.raises(pykka.Timeout):
+            ref.ask("late", timeout=0.05)
+        assert time.monotonic() - started < 2.0
+    finally:
+        release.set()
+    assert ref.ask("after", timeout=WAIT) == "after"
+
+
+def test_proxy_calls_and_attributes(runtime: Runtime) -> None:
+    ref = start_recorder(runtime)
+    proxy = ref.proxy()
+    assert proxy.add(2, 3).get(timeout=WAIT) == 5
+    assert proxy.name.get(timeout=WAIT) == "recorder"
+    proxy.name = "renamed"
+    assert proxy.name.get(timeout=WAIT) == "renamed"
+
+
+def test_join_map_filter_reduce_on_runtime_futures(runtime: Runtime) -> None:
+    first, second = runtime.future_class(), runtime.future_class()
+    joined = first.join(second)
+    total = joined.map(sum)
+    evens = runtime.future_class()
+    evens_only = evens.filter(lambda number: number % 2 == 0)
+    product = evens.reduce(lambda left, right: left * right)
+    first.set(1)
+    second.set(2)
+    evens.set([2, 3, 4])
+    assert joined.get(timeout=WAIT) == [1, 2]
+    assert total.get(timeout=WAIT) == 3
+    assert evens_only.get(timeout=WAIT) == [2, 4]
+    assert product.get(timeout=WAIT) == 24
+
+
+def test_join_of_asks_across_actors(runtime: Runtime) -> None:
+    refs = [start_recorder(runtime) for _ in range(3)]
+    futures = [ref.ask(("double", index), block=False) for index, ref in enumerate(refs)]
+    assert futures[0].join(*futures[1:]).get(timeout=WAIT) == [0, 2, 4]
+
+
+def test_future_get_timeout_on_unset_future(runtime: Runtime) -> None:
+    future = runtime.future_class()
+    with pytest.raises(pykka.Timeout):
+        future.get(timeout=0.01)
+    with pytest.raises(pykka.Timeout):
+        future.get(timeout=0)
+    future.set("late")
+    assert future.get(timeout=0) == "late"
+
+
+def test_future_reraises_set_exception_from_except_block(runtime: Runtime) -> None:
+    future = runtime.future_class()
+    error = RuntimeError("stored")
+    try:
+        raise error
+    except RuntimeError:
+        future.set_exception()
+    for _ in range(2):  # every get raises, not only the first
+        with pytest.raises(RuntimeError) as caught:
+            future.get(timeout=WAIT)
+        assert caught.value is error
+
+
+def test_future_exc_info_without_instance_is_instantiated(runtime: Runtime) -> None:
+    future = runtime.future_class()
+    future.set_exception((pykka.ActorDeadError, None, None))
+    with pytest.raises(pykka.ActorDeadError):
+        future.get(timeout=WAIT)
+
+
+def test_double_set_raises_queue_full(runtime: Runtime) -> None:
+    future = runtime.future_class()
+    future.set(1)
+    with pytest.raises(queue.Full):
+        future.set(2)
+    with pytest.raises(queue.Full):
+        future.set_exception((ValueError, ValueError("late"), None))
+    with pytest.raises(queue.Full):
+        future.set_get_hook(lambda timeout: 3)
+    assert future.get(timeout=WAIT) == 1
+
+    hooked = runtime.future_class()
+    hooked.set_get_hook(lambda timeout: "hook")
+    with pytest.raises(queue.Full):
+        hooked.set("value")
+    with pytest.raises(queue.Full):
+        hooked.set_exception((ValueError, ValueError("late"), None))
+    assert hooked.get(timeout=WAIT) == "hook"
+
+
+# gevent only
+
+
+def test_outer_gevent_timeout_is_not_relabelled() -> None:
+    future: GeventFuture[int] = GeventFuture()
+    for inner_timeout in (None, WAIT):
+        with pytest.raises(gevent.Timeout) as caught, gevent.Timeout(0.02) as outer:
+            future.get(timeout=inner_timeout)
+        assert caught.value is outer
+    future.set(7)
+    assert future.get(timeout=0) == 7
+
+
+def test_outer_gevent_timeout_around_ask_propagates() -> None:
+    entered, release = gevent.event.Event(), gevent.event.Event()
+    ref = start_blocker(GeventActor, entered, release)
+    try:
+        ref.tell("block")
+        assert entered.wait(WAIT)
+        with pytest.raises(gevent.Timeout) as caught, gevent.Timeout(0.02) as outer:
+            ref.ask("late", timeout=WAIT)
+        assert caught.value is outer
+    finally:
+        release.set()
+
+
+def test_set_exception_without_an_exception_is_refused() -> None:
+    future: GeventFuture[int] = GeventFuture()
+    with pytest.raises(ValueError, match="needs an exception"):
+        future.set_exception()
+    future.set(1)  # the refused call left the future unset
+    assert future.get() == 1
+
+
+def test_actor_runs_in_a_named_greenlet_that_ends_on_stop() -> None:
+    class Named(GeventActor):
+        def on_receive(self, message: Any) -> Any:
+            return gevent.getcurrent()
+
+    ref = Named.start()
+    actor_greenlet = ref.proxy().actor_greenlet.get(timeout=WAIT)
+    assert isinstance(actor_greenlet, gevent.Greenlet)
+    assert actor_greenlet.name.startswith("Named-")
+    assert ref.ask("where", timeout=WAIT) is actor_greenlet
+    ref.stop(block=True, timeout=WAIT)
+    actor_greenlet.join(timeout=WAIT)
+    assert actor_greenlet.dead
+
+
+def test_two_gevent_actors_ping_pong_1000_messages() -> None:
+    done: GeventFuture[list[int]] = GeventFuture()
+
+    class Player(GeventActor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.peer: pykka.ActorRef[Any] | None = None
+            self.seen: list[int] = []
+
+        def on_receive(self, message: Any) -> None:
+            if isinstance(message, pykka.ActorRef):
+                self.peer = message
+                return
+            self.seen.append(message)
+            if message >= 1000:
+                done.set(self.seen)
+            else:
+                assert self.peer is not None
+                self.peer.tell(message + 1)
+
+    ping, pong = Player.start(), Player.start()
+    ping.tell(pong)
+    pong.tell(ping)
+    pong.tell(1)
+    # pong handles the odd numbers, ping the even ones and stops at 1000.
+    assert done.get(timeout=WAIT) == list(range(2, 1001, 2))
+    assert pong.proxy().seen.get(timeout=WAIT) == list(range(1, 1000, 2))
+
+
+def test_timeout_after_fails_one_message_not_every_actor() -> None:
+    never = gevent.event.Event()
+
+    class Waiter(GeventActor):
+        def on_receive(self, message: Any) -> str:
+            if message == "wait":
+                with timeout_after(0.02):
+                    never.wait()
+            return "alive"
+
+    waiter, bystander = Waiter.start(), Waiter.start()
+    with pytest.raises(HandlerTimeout):
+        waiter.ask("wait", timeout=WAIT)
+    assert waiter.ask("ping", timeout=WAIT) == "alive"
+    assert bystander.ask("ping", timeout=WAIT) == "alive"
