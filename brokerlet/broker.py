@@ -9,6 +9,7 @@ runs it on the calling thread instead, as ``brokerlet serve`` does.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -128,11 +129,15 @@ class Broker:
 
     def topic_stats(self, topic: str) -> dict[str, Any] | None:
         """Stats of one topic, shaped like Pulsar's topic stats; None for an unknown topic."""
-        return self._call(lambda ref: ref.ask(GetTopicStats(topic)))
+        stats: dict[str, Any] | None = self._call(
+            lambda ref: ref.ask(GetTopicStats(topic), block=True)
+        )
+        return stats
 
     def stats(self) -> dict[str, Any]:
         """Stats of every topic, keyed by topic name."""
-        return self._call(lambda ref: ref.ask(GetAllStats()))
+        stats: dict[str, Any] = self._call(lambda ref: ref.ask(GetAllStats(), block=True))
+        return stats
 
     def _call(self, func: Callable[[pykka.ActorRef[BrokerActor]], R], timeout: float = 10.0) -> R:
         """Run ``func(broker_actor)`` on the broker's hub and return its result to this thread."""
@@ -146,7 +151,7 @@ class Broker:
         def run() -> None:
             try:
                 result.set_result(func(ref))
-            except BaseException as error:  # noqa: BLE001 - handed to the calling thread
+            except BaseException as error:
                 result.set_exception(error)
 
         self._hub.loop.run_callback_threadsafe(gevent.spawn, run)
@@ -175,7 +180,9 @@ class Broker:
         self.startup_seconds = time.perf_counter() - began
         log.info(
             "brokerlet listening on %s (storage %s, %d event loop(s), started in %.0f ms)",
-            self.service_url, self.settings.storage, self.settings.event_loops,
+            self.service_url,
+            self.settings.storage,
+            self.settings.event_loops,
             self.startup_seconds * 1000,
         )
         self._ready.set()
@@ -207,7 +214,5 @@ class Broker:
             self._server.stop()
         for ref in [self._broker_actor, *self._event_loops]:
             if ref is not None:
-                try:
+                with contextlib.suppress(pykka.ActorDeadError):
                     ref.stop(block=True, timeout=5)
-                except pykka.ActorDeadError:
-                    pass

@@ -1,4 +1,4 @@
-"""The ``brokerlet`` command: ``brokerlet serve`` runs a broker, ``brokerlet settings`` lists keys."""
+"""The ``brokerlet`` command: ``serve`` runs a broker, ``settings`` lists every setting."""
 
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         broker.serve_forever(on_ready=ready)
     except OSError as error:
-        print(f"brokerlet: cannot listen on {settings.host}:{settings.port}: {error}",
-              file=sys.stderr)
+        print(
+            f"brokerlet: cannot listen on {settings.host}:{settings.port}: {error}", file=sys.stderr
+        )
         return 1
     return 0

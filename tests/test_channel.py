@@ -118,7 +118,8 @@ class ScriptedSocket:
         return [bytes(buffer) for buffer in self.next_raw_offer()]
 
     def next_raw_offer(self) -> list[memoryview]:
-        return self.offers.get(timeout=WAIT)
+        offer: list[memoryview] = self.offers.get(timeout=WAIT)
+        return offer
 
     def grant(self, nbytes: int) -> None:
         self._grants.put(nbytes)
@@ -216,9 +217,7 @@ def _unsent_and_unread(sender: gevent.socket.socket, receiver: gevent.socket.soc
 def test_watermarks_flip_at_exact_boundaries(channels: Callable[..., Channel]) -> None:
     sock = ScriptedSocket()
     flips = Flips()
-    channel = channels(
-        sock, high_watermark=100, low_watermark=50, on_writability_changed=flips
-    )
+    channel = channels(sock, high_watermark=100, low_watermark=50, on_writability_changed=flips)
     flips.channel = channel
 
     channel.write(b"a" * 60)
@@ -312,9 +311,9 @@ def test_watermarks_with_real_backpressure(
 def test_invalid_configuration_is_rejected() -> None:
     sock = ScriptedSocket()
     with pytest.raises(ValueError, match="low"):
-        Channel(sock, high_watermark=10, low_watermark=20)  # type: ignore[arg-type]
+        Channel(sock, high_watermark=10, low_watermark=20)
     with pytest.raises(ValueError, match="low"):
-        Channel(sock, high_watermark=10, low_watermark=0)  # type: ignore[arg-type]
+        Channel(sock, high_watermark=10, low_watermark=0)
     a, b = gevent.socket.socketpair()
     try:
         a.settimeout(0.0)
@@ -376,7 +375,11 @@ def test_sequence_write_is_one_logical_write(
     server, peer = tcp_pair
     channel = channels(server)
     outcomes = Outcomes()
-    parts = [b"a" * 30000, bytearray(b"b" * 40000), memoryview(b"c" * 50000)]
+    parts: list[bytes | bytearray | memoryview] = [
+        b"a" * 30000,
+        bytearray(b"b" * 40000),
+        memoryview(b"c" * 50000),
+    ]
     channel.write(parts, outcomes.callback(0))
     channel.write(b"tail", outcomes.callback(1))
 
@@ -449,8 +452,9 @@ def test_random_writes_arrive_exactly_and_in_order(seed: int) -> None:
         else:
             writable.clear()
 
-    channel = Channel(server, high_watermark=48 * 1024, low_watermark=16 * 1024,
-                      on_writability_changed=on_flip)
+    channel = Channel(
+        server, high_watermark=48 * 1024, low_watermark=16 * 1024, on_writability_changed=on_flip
+    )
     outcomes = Outcomes()
     expected = bytearray()
     count = 3000
@@ -517,7 +521,7 @@ def test_close_fails_pending_and_later_writes(
     succeeded = [index for index, error in outcomes.results if error is None]
     assert succeeded == list(range(len(succeeded))), "successes are a prefix"
     assert written >= len(succeeded) * 2048
-    for _, error in outcomes.results[len(succeeded):]:
+    for _, error in outcomes.results[len(succeeded) :]:
         assert isinstance(error, ChannelClosed)
         assert error.cause is reason
         assert error.__cause__ is reason
@@ -534,7 +538,7 @@ def test_close_fails_pending_and_later_writes(
     assert channel.statistics() == ChannelStatistics(
         writable=False,
         pending_bytes=0,
-        writability_changes=0,
+        writability_changes=1,  # the burst made it unwritable; closing is not a flip
         bytes_written=written,
         writes=len(succeeded),
         closed=True,
@@ -554,7 +558,7 @@ def test_owner_close_reports_none_and_stops_the_writer(
     channel.close()
     channel.close()
     assert closed_with == [None]
-    writer = channel._writer  # noqa: SLF001 -- the greenlet must not outlive the channel
+    writer = channel._writer  # the greenlet must not outlive the channel
     writer.join(timeout=WAIT)
     assert writer.dead
     assert writer.successful()
@@ -577,11 +581,38 @@ def test_close_from_a_callback_keeps_completed_writes(channels: Callable[..., Ch
     sock.next_offer()
     sock.grant(2)  # "a" and "b" reach the kernel in one send; "c" does not
     outcomes.wait_for(3)
+    assert outcomes.indices == [0, 1, 2], "still in write order"
     assert outcomes.results[0] == (0, None)
     assert outcomes.results[1] == (1, None), "its bytes were in the kernel before close()"
     assert isinstance(outcomes.results[2][1], ChannelClosed)
     assert closed_with == [None]
+    assert channel.statistics().writes == 2
     assert sock.closed
+
+
+def test_close_from_the_writable_hook_keeps_completed_writes(
+    channels: Callable[..., Channel],
+) -> None:
+    sock = ScriptedSocket()
+    outcomes = Outcomes()
+
+    def close_when_writable(writable: bool) -> None:
+        if writable:
+            channel.close()
+
+    channel = channels(
+        sock, high_watermark=2, low_watermark=2, on_writability_changed=close_when_writable
+    )
+    channel.write(b"ab", outcomes.callback(0))
+    channel.write(b"c", outcomes.callback(1))
+    channel.write(b"d", outcomes.callback(2))
+    assert not channel.writable
+    sock.next_offer()
+    sock.grant(3)  # pending 1 < 2: the hook closes while "ab" and "c" are in the kernel
+    outcomes.wait_for(3)
+    assert outcomes.results[:2] == [(0, None), (1, None)]
+    assert outcomes.results[2][0] == 2
+    assert isinstance(outcomes.results[2][1], ChannelClosed)
 
 
 def test_peer_reset_closes_the_channel_once(
@@ -634,8 +665,13 @@ def test_writer_survives_raising_callbacks(
     def raising_flip(value: bool) -> None:
         raise RuntimeError(f"flip {value}")
 
-    channel = channels(server, high_watermark=10, low_watermark=10,
-                       on_writability_changed=raising_flip, name="robust")
+    channel = channels(
+        server,
+        high_watermark=10,
+        low_watermark=10,
+        on_writability_changed=raising_flip,
+        name="robust",
+    )
     outcomes = Outcomes()
 
     def raising(error: BaseException | None) -> None:

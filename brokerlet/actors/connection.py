@@ -13,6 +13,7 @@ other actor ever asks a connection actor, so these waits cannot deadlock.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import re
@@ -191,12 +192,15 @@ class ConnectionActor(GeventActor):
                 return
             handler = self._handlers.get(kind)
             if handler is None:
-                log.warning("%s sent %s, which brokerlet does not support; ignored",
-                            self.peer, command_name(kind))
+                log.warning(
+                    "%s sent %s, which brokerlet does not support; ignored",
+                    self.peer,
+                    command_name(kind),
+                )
                 continue
             try:
                 handler(command)
-            except _Disconnect as stop:
+            except _ProtocolViolation as stop:
                 self._disconnect(str(stop))
                 return
         if sends:
@@ -204,12 +208,16 @@ class ConnectionActor(GeventActor):
 
     def _connect(self, command: pb.BaseCommand) -> None:
         if self.connected:
-            raise _Disconnect("a second CONNECT")
+            raise _ProtocolViolation("a second CONNECT")
         connect = command.connect
         self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
         self.connected = True
-        log.info("%s connected: %s, protocol %d", self.peer, connect.client_version,
-                 connect.protocol_version)
+        log.info(
+            "%s connected: %s, protocol %d",
+            self.peer,
+            connect.client_version,
+            connect.protocol_version,
+        )
         self._send(
             T(
                 type=T.CONNECTED,
@@ -249,9 +257,12 @@ class ConnectionActor(GeventActor):
             response.message = f"Invalid topic name {request.topic!r}"
         self._send(T(type=T.LOOKUP_RESPONSE, lookup_response=response))
 
-    def _error(self, request_id: int, code: int, message: str) -> None:
+    def _error(self, request_id: int, code: pb.ServerError.ValueType, message: str) -> None:
         self._send(
-            T(type=T.ERROR, error=pb.CommandError(request_id=request_id, error=code, message=message))
+            T(
+                type=T.ERROR,
+                error=pb.CommandError(request_id=request_id, error=code, message=message),
+            )
         )
 
     def _success(self, request_id: int) -> None:
@@ -269,16 +280,23 @@ class ConnectionActor(GeventActor):
             if existing.topic == request.topic:
                 self._producer_success(request.request_id, existing.name)
             else:
-                self._error(request.request_id, pb.ProducerBusy,
-                            f"Producer id {request.producer_id} is in use on this connection")
+                self._error(
+                    request.request_id,
+                    pb.ProducerBusy,
+                    f"Producer id {request.producer_id} is in use on this connection",
+                )
             return
         if not valid_topic_name(request.topic):
-            self._error(request.request_id, pb.InvalidTopicName,
-                        f"Invalid topic name {request.topic!r}")
+            self._error(
+                request.request_id, pb.InvalidTopicName, f"Invalid topic name {request.topic!r}"
+            )
             return
         if request.HasField("producer_access_mode") and request.producer_access_mode != 0:
-            self._error(request.request_id, pb.NotAllowedError,
-                        "brokerlet supports only the Shared producer access mode")
+            self._error(
+                request.request_id,
+                pb.NotAllowedError,
+                "brokerlet supports only the Shared producer access mode",
+            )
             return
         name = request.producer_name or f"brokerlet-{next(_producer_names)}"
         topic_ref = self._topic(request.topic)
@@ -287,8 +305,9 @@ class ConnectionActor(GeventActor):
         except BrokerError as error:
             self._error(request.request_id, error.code, error.message)
             return
-        self.producers[request.producer_id] = _Producer(request.producer_id, name, request.topic,
-                                                        topic_ref)
+        self.producers[request.producer_id] = _Producer(
+            request.producer_id, name, request.topic, topic_ref
+        )
         self._producer_success(request.request_id, name)
 
     def _producer_success(self, request_id: int, name: str) -> None:
@@ -326,13 +345,21 @@ class ConnectionActor(GeventActor):
             except ProtocolError as error:
                 self._disconnect(f"malformed SEND payload: {error.reason}")
                 return False
-            highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else send.sequence_id
+            highest = (
+                send.highest_sequence_id
+                if send.HasField("highest_sequence_id")
+                else send.sequence_id
+            )
             entry = None
             if section.checksum_ok:
                 entry = NewEntry(section.entry, section.checksum, send.num_messages or 1)
             else:
-                log.warning("%s: checksum mismatch on SEND %d of producer %s", self.peer,
-                            send.sequence_id, producer.name)
+                log.warning(
+                    "%s: checksum mismatch on SEND %d of producer %s",
+                    self.peer,
+                    send.sequence_id,
+                    producer.name,
+                )
             items.append(AppendItem(send.sequence_id, highest, entry))
         if producer is not None and items:
             producer.topic_ref.tell(Append(self.actor_ref, producer.producer_id, items))
@@ -346,9 +373,13 @@ class ConnectionActor(GeventActor):
         for receipt in message.receipts:
             if receipt.error is None:
                 frames.append(
-                    encode_send_receipt(producer_id, receipt.sequence_id,
-                                        receipt.highest_sequence_id, receipt.ledger_id,
-                                        receipt.entry_id)
+                    encode_send_receipt(
+                        producer_id,
+                        receipt.sequence_id,
+                        receipt.highest_sequence_id,
+                        receipt.ledger_id,
+                        receipt.entry_id,
+                    )
                 )
             else:
                 frames.append(
@@ -376,15 +407,21 @@ class ConnectionActor(GeventActor):
         request = command.subscribe
         request_id = request.request_id
         if request.consumer_id in self.consumers:
-            self._error(request_id, pb.ConsumerBusy,
-                        f"Consumer id {request.consumer_id} is in use on this connection")
+            self._error(
+                request_id,
+                pb.ConsumerBusy,
+                f"Consumer id {request.consumer_id} is in use on this connection",
+            )
             return
         if not valid_topic_name(request.topic):
             self._error(request_id, pb.InvalidTopicName, f"Invalid topic name {request.topic!r}")
             return
         if request.sub_type == KEY_SHARED:
-            self._error(request_id, pb.NotAllowedError,
-                        "Key_Shared subscriptions are not supported by brokerlet yet")
+            self._error(
+                request_id,
+                pb.NotAllowedError,
+                "Key_Shared subscriptions are not supported by brokerlet yet",
+            )
             return
         durable = request.durable if request.HasField("durable") else True
         start = None
@@ -392,8 +429,9 @@ class ConnectionActor(GeventActor):
             start = (request.start_message_id.ledger_id, request.start_message_id.entry_id)
         topic_ref = self._topic(request.topic)
         dispatcher = topic_ref.ask(
-            Subscribe(request.subscription, request.sub_type, durable,
-                      request.initial_position, start)
+            Subscribe(
+                request.subscription, request.sub_type, durable, request.initial_position, start
+            )
         )
         consumer = Consumer(
             consumer_id=request.consumer_id,
@@ -459,8 +497,9 @@ class ConnectionActor(GeventActor):
         request = command.unsubscribe
         consumer = self.consumers.get(request.consumer_id)
         if consumer is None:
-            self._error(request.request_id, pb.ConsumerNotFound,
-                        f"Consumer {request.consumer_id} not found")
+            self._error(
+                request.request_id, pb.ConsumerNotFound, f"Consumer {request.consumer_id} not found"
+            )
             return
         try:
             self._remove(consumer, unsubscribe=True)
@@ -472,17 +511,16 @@ class ConnectionActor(GeventActor):
         self._success(request.request_id)
 
     def _remove(self, consumer: Consumer, *, unsubscribe: bool) -> None:
-        try:
+        with contextlib.suppress(pykka.ActorDeadError):
             self._dispatcher_of(consumer).ask(RemoveConsumer(consumer, unsubscribe=unsubscribe))
-        except pykka.ActorDeadError:
-            pass
 
     def _get_last_message_id(self, command: pb.BaseCommand) -> None:
         request = command.get_last_message_id
         consumer = self.consumers.get(request.consumer_id)
         if consumer is None:
-            self._error(request.request_id, pb.ConsumerNotFound,
-                        f"Consumer {request.consumer_id} not found")
+            self._error(
+                request.request_id, pb.ConsumerNotFound, f"Consumer {request.consumer_id} not found"
+            )
             return
         topic_ref = self._topic(consumer.topic)
         ledger_id, last = topic_ref.ask(GetLastEntry())
@@ -496,9 +534,11 @@ class ConnectionActor(GeventActor):
             response.last_message_id.ledger_id = ledger_id
             response.last_message_id.entry_id = last
         response.consumer_mark_delete_position.ledger_id = ledger_id
-        response.consumer_mark_delete_position.entry_id = mark_delete if mark_delete >= 0 else 2**64 - 1
+        response.consumer_mark_delete_position.entry_id = (
+            mark_delete if mark_delete >= 0 else 2**64 - 1
+        )
         self._send(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, get_last_message_id_response=response))
 
 
-class _Disconnect(Exception):
+class _ProtocolViolation(Exception):  # noqa: N818 - a signal, not an error to report
     """Raised by a command handler when the peer broke the protocol."""

@@ -98,7 +98,7 @@ class Consumer:
 
     @property
     def accounted(self) -> bool:
-        """True from :meth:`attach` until :meth:`detach`: the dispatcher counts this consumer's flow."""
+        """True from :meth:`attach` until :meth:`detach`: the dispatcher counts its FLOWs."""
         return self._total is not None
 
     @property

@@ -53,7 +53,12 @@ SHARED = pb.CommandSubscribe.Shared
 EXCLUSIVE = pb.CommandSubscribe.Exclusive
 FAILOVER = pb.CommandSubscribe.Failover
 KEY_SHARED = pb.CommandSubscribe.Key_Shared
-SUB_TYPE_NAMES = {SHARED: "Shared", EXCLUSIVE: "Exclusive", FAILOVER: "Failover", KEY_SHARED: "Key_Shared"}
+SUB_TYPE_NAMES: dict[int, str] = {
+    SHARED: "Shared",
+    EXCLUSIVE: "Exclusive",
+    FAILOVER: "Failover",
+    KEY_SHARED: "Key_Shared",
+}
 
 
 # Messages handled by the dispatcher.

@@ -10,7 +10,7 @@ __all__ = ["BrokerError"]
 class BrokerError(Exception):
     """A refused request: ``code`` is a ``ServerError`` value, ``message`` goes to the client."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: pb.ServerError.ValueType, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

@@ -60,8 +60,12 @@ class EventLoopActor(GeventActor):
         buffers: list[bytes] = []
         for entry, redelivery_count in zip(message.entries, message.redelivery_counts, strict=True):
             header, data = encode_message(
-                consumer_id, entry.ledger_id, entry.entry_id, redelivery_count,
-                entry.data, entry.checksum,
+                consumer_id,
+                entry.ledger_id,
+                entry.entry_id,
+                redelivery_count,
+                entry.data,
+                entry.checksum,
             )
             buffers.append(header)
             buffers.append(data)

@@ -31,7 +31,15 @@ from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.ledger import Entry, Ledger, NewEntry
 from brokerlet.transport.protocol import pb
 
-__all__ = ["AddProducer", "Append", "Appended", "Receipt", "RemoveProducer", "Subscribe", "TopicActor"]
+__all__ = [
+    "AddProducer",
+    "Append",
+    "Appended",
+    "Receipt",
+    "RemoveProducer",
+    "Subscribe",
+    "TopicActor",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +68,7 @@ class Receipt:
     highest_sequence_id: int
     ledger_id: int
     entry_id: int  # -1 when refused; see ``error``
-    error: int | None = None
+    error: pb.ServerError.ValueType | None = None
     message: str = ""
 
 
@@ -149,13 +157,25 @@ class TopicActor(GeventActor):
             for item in items:
                 if item.entry is None:
                     receipts.append(
-                        Receipt(item.sequence_id, item.highest_sequence_id, ledger_id, -1,
-                                pb.ChecksumError, "Checksum verification failed")
+                        Receipt(
+                            item.sequence_id,
+                            item.highest_sequence_id,
+                            ledger_id,
+                            -1,
+                            pb.ChecksumError,
+                            "Checksum verification failed",
+                        )
                     )
                 elif isinstance(result, BaseException):
                     receipts.append(
-                        Receipt(item.sequence_id, item.highest_sequence_id, ledger_id, -1,
-                                pb.PersistenceError, f"Append failed: {result}")
+                        Receipt(
+                            item.sequence_id,
+                            item.highest_sequence_id,
+                            ledger_id,
+                            -1,
+                            pb.PersistenceError,
+                            f"Append failed: {result}",
+                        )
                     )
                 else:
                     receipts.append(
@@ -224,11 +244,12 @@ class TopicActor(GeventActor):
         return max(self.ledger.first_entry_id, min(entry_id, self.ledger.last_entry_id + 1))
 
     def _subscription_closed(self, message: SubscriptionClosed) -> None:
-        if self.subscriptions.get(message.subscription) is message.dispatcher:
+        dispatcher = self.subscriptions.get(message.subscription)
+        if dispatcher is not None and dispatcher is message.dispatcher:
             del self.subscriptions[message.subscription]
             self.mark_deletes.pop(message.subscription, None)
             self.waiting.pop(message.subscription, None)
-            message.dispatcher.stop(block=False)
+            dispatcher.stop(block=False)
             self._trim()
 
     def _mark_delete_moved(self, message: MarkDeleteMoved) -> None:
@@ -284,7 +305,7 @@ class TopicActor(GeventActor):
         subscriptions = {}
         for name, ref in list(self.subscriptions.items()):
             try:
-                sub = ref.ask(GetStats(), timeout=5)
+                sub: dict[str, Any] = ref.ask(GetStats(), block=True, timeout=5)
             except pykka.ActorDeadError:
                 continue
             mark_delete = self.mark_deletes.get(name, last)

@@ -189,6 +189,8 @@ class Channel:
         self._on_writability_changed = on_writability_changed
         self._on_closed = on_closed
         self._queue: deque[_PendingWrite] = deque()
+        # Writes wholly in the kernel whose callbacks have not run yet.
+        self._finishing: deque[_PendingWrite] = deque()
         self._wakeup = gevent.event.Event()
         self._writable = True
         self._closed = False
@@ -266,10 +268,10 @@ class Channel:
     def close(self, exc: BaseException | None = None) -> None:
         """Close the channel and its socket; idempotent, never blocks.
 
-        Bytes already handed to the kernel may still reach the peer, and writes wholly in
-        the kernel still complete with None (even if this is called from the callback of an
-        earlier write in the same batch). Pending writes fail with ``ChannelClosed(exc)``,
-        and so do later ones. ``on_closed(exc)`` runs once,
+        Bytes already handed to the kernel may still reach the peer. Writes wholly in the
+        kernel whose callbacks are still due (when this is called from a write callback)
+        complete with None first, keeping callbacks in write order; then pending writes fail
+        with ``ChannelClosed(exc)``, and so do later ones. ``on_closed(exc)`` runs once,
         before this returns, unless the channel was already closed.
 
         Args:
@@ -340,21 +342,25 @@ class Channel:
     def _complete(self, sent: int) -> None:
         self._pending_bytes -= sent
         self._bytes_written += sent
-        # Flip first, so callbacks see `writable` agree with `pending_bytes`.
-        if not self._writable and self._pending_bytes < self._low:
-            self._set_writable(True)
-        # Unlink finished writes before running any callback: a callback that closes the
-        # channel must not fail writes whose bytes are already in the kernel.
-        finished: list[_PendingWrite] = []
+        # Unlink finished writes before running any callback: if a callback closes the
+        # channel, the writes already in the kernel still complete, and in order.
         queue = self._queue
         while queue:
             head = queue[0]
             sent = head.consume(sent)
             if not head.done:
                 break
-            finished.append(queue.popleft())
-        self._writes += len(finished)
-        for pending in finished:
+            self._finishing.append(queue.popleft())
+        # Flip before the write callbacks, so they see `writable` agree with `pending_bytes`.
+        if not self._writable and self._pending_bytes < self._low:
+            self._set_writable(True)
+        self._run_finished_callbacks()
+
+    def _run_finished_callbacks(self) -> None:
+        finishing = self._finishing
+        while finishing:
+            pending = finishing.popleft()
+            self._writes += 1
             self._notify_write(pending.callback, None)
 
     # -- state changes and callbacks -------------------------------------------------------
@@ -383,6 +389,8 @@ class Channel:
             self._sock.close()
         except OSError:
             logger.debug("%r: closing the socket failed", self, exc_info=True)
+        # Closed from a completion callback: the rest of that batch succeeded, and goes first.
+        self._run_finished_callbacks()
         for pending in failed:
             self._notify_write(pending.callback, ChannelClosed(cause))
         if self._on_closed is not None:

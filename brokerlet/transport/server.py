@@ -9,6 +9,7 @@ PING, and after a second silent interval it closes the connection.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import socket as stdlib_socket
@@ -177,8 +178,5 @@ class Server:
 
 
 def _shutdown(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(stdlib_socket.SHUT_RDWR)
-    except OSError:
-        pass
-

@@ -44,12 +44,12 @@ def _uint(value: int, limit: int = _UINT64_LIMIT) -> bytes:
         return _ONE_BYTE_VARINTS[value]
     if not 0 <= value < limit:
         raise ValueError(f"{value} is out of range for an unsigned field below {limit}")
-    out = bytearray()
+    groups = []
     while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
+        groups.append((value & 0x7F) | 0x80)
         value >>= 7
-    out.append(value)
-    return bytes(out)
+    groups.append(value)
+    return bytes(groups)
 
 
 def _int32(value: int) -> bytes:

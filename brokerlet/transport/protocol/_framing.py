@@ -124,7 +124,8 @@ class FrameDecoder:
             frames, consumed = self._decode_frames(source)
         except ProtocolError as exc:
             self._failure = exc
-            buffer.clear()
+            # Replace rather than clear: the traceback may still pin a view of the old one.
+            self._buffer = bytearray()
             raise
         if source is buffer:
             # Deleting a prefix of a bytearray only moves its start pointer.
