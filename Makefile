@@ -31,6 +31,7 @@ bench: venv
 # Regenerate the protobuf module from our own schema.
 proto: venv
 	$(PY) -m grpc_tools.protoc -Ibrokerlet/transport/protocol \
+		--plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy \
 		--python_out=brokerlet/transport/protocol \
 		--mypy_out=brokerlet/transport/protocol \
 		brokerlet/transport/protocol/pulsar.proto

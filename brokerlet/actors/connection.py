@@ -212,7 +212,7 @@ class ConnectionActor(GeventActor):
         connect = command.connect
         self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
         self.connected = True
-        log.info(
+        log.debug(
             "%s connected: %s, protocol %d",
             self.peer,
             connect.client_version,

@@ -206,7 +206,7 @@ class DispatcherActor(GeventActor):
         self.consumers.append(consumer)
         if self.sub_type in (EXCLUSIVE, FAILOVER):
             self._pick_active()
-        log.info("%s: added %r", self, consumer)
+        log.debug("%s: added %r", self, consumer)
         self.gate.request()
 
     def _remove_consumer(self, message: RemoveConsumer) -> None:
@@ -220,7 +220,7 @@ class DispatcherActor(GeventActor):
             return  # removed already: its pending entries were released then
         self.consumers.remove(consumer)
         self._release_pending(consumer)
-        log.info("%s: removed %r", self, consumer)
+        log.debug("%s: removed %r", self, consumer)
         if not self.consumers:
             self._rewind()
             if not self.durable or message.unsubscribe:

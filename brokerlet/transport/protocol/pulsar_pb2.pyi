@@ -1482,6 +1482,8 @@ Global___CommandError: _TypeAlias = CommandError  # noqa: Y015
 
 @_typing.final
 class BaseCommand(_message.Message):
+    """The command at the start of every frame: `type` names the one body that is set."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     class _Type:
