@@ -10,6 +10,7 @@ import pykka
 
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.connection import GetTopic
+from brokerlet.actors.ratelimit import DispatchRateLimiter
 from brokerlet.actors.topic import TopicActor, TopicStats
 from brokerlet.config import Settings
 from brokerlet.storage.ledger import MemoryLedger
@@ -36,6 +37,11 @@ class BrokerActor(GeventActor):
         self.settings = settings
         self.topics: dict[str, pykka.ActorRef[TopicActor]] = {}
         self._ledger_ids = itertools.count(1)
+        self.rate_limiter = DispatchRateLimiter(
+            "broker",
+            settings.dispatch_throttling_rate_in_msg,
+            settings.dispatch_throttling_rate_in_byte,
+        )
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, GetTopic):
@@ -55,7 +61,7 @@ class BrokerActor(GeventActor):
         topic = self.topics.get(name)
         if topic is None:
             ledger = MemoryLedger(next(self._ledger_ids))
-            topic = TopicActor.start(name, ledger, self.settings)
+            topic = TopicActor.start(name, ledger, self.settings, self.rate_limiter)
             self.topics[name] = topic
             log.info("created topic %s (ledger %d)", name, ledger.ledger_id)
         return topic

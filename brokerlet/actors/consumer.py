@@ -18,6 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from brokerlet.actors.stats import Rate
+
 if TYPE_CHECKING:
     from brokerlet.actors._conflate import ConflatedTell
     from brokerlet.transport.channel import Channel
@@ -86,9 +88,14 @@ class Consumer:
     pending: dict[int, int] = field(default_factory=dict)  # entry id -> messages unacked
     unacked: int = 0
     msg_out: int = 0
+    bytes_out: int = 0
+    rate_out: Rate = field(default_factory=Rate)
+    throughput_out: Rate = field(default_factory=Rate)
 
     # Permit accounting, behind _lock.
     _permits: int = 0
+    _parked: int = 0  # FLOW permits received while blocked
+    _blocked: bool = False
     _total: PermitTotal | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -108,12 +115,43 @@ class Consumer:
     def flow(self, permits: int) -> None:
         """Add FLOW permits, to the dispatcher's total too while accounted; request a read.
 
-        Runs on the connection actor that received the FLOW.
+        Runs on the connection actor that received the FLOW. While the consumer is blocked on
+        unacked messages the permits are parked instead, and :meth:`unblock` releases them.
         """
         with self._lock:
+            if self._blocked:
+                self._parked += permits
+                return
             self._permits += permits
             if self._total is not None:
                 self._total.add(permits)
+        if self.read_gate is not None:
+            self.read_gate.request()
+
+    @property
+    def blocked(self) -> bool:
+        """True while the consumer holds ``max_unacked_messages_per_consumer`` unacked messages."""
+        return self._blocked
+
+    @property
+    def parked_permits(self) -> int:
+        return self._parked
+
+    def block(self) -> None:
+        """Stop taking FLOW permits into the balance (the dispatcher saw the unacked limit)."""
+        with self._lock:
+            self._blocked = True
+
+    def unblock(self) -> None:
+        """Release the parked permits into the balance and the total; request a read."""
+        with self._lock:
+            if not self._blocked:
+                return
+            self._blocked = False
+            parked, self._parked = self._parked, 0
+            self._permits += parked
+            if self._total is not None:
+                self._total.add(parked)
         if self.read_gate is not None:
             self.read_gate.request()
 

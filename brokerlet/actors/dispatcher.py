@@ -31,6 +31,8 @@ from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.consumer import Consumer, PermitTotal
 from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.ratelimit import DispatchRateLimiter, limiters_allowance, limiters_wait
+from brokerlet.actors.stats import Cancellable, Rate
 from brokerlet.config import Settings
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.ledger import Entry
@@ -115,8 +117,15 @@ class SendMessages:
     on_complete: Callable[[], object]
 
 
-class DispatcherActor(GeventActor):
-    """Dispatch for one subscription (Shared, Exclusive or Failover)."""
+class Dispatcher:
+    """Dispatch for one subscription (Shared, Exclusive or Failover), runtime-neutral.
+
+    Combined with an actor runtime below: :class:`DispatcherActor` on gevent for the broker;
+    tests also run it on Pykka's ThreadingActor to prove the permit accounting does not depend
+    on cooperative scheduling. Subclasses provide :meth:`call_later`.
+    """
+
+    actor_ref: Any
 
     def __init__(
         self,
@@ -130,6 +139,7 @@ class DispatcherActor(GeventActor):
         cursor: Cursor,
         read_position: int,
         settings: Settings,
+        rate_limiters: Sequence[DispatchRateLimiter] = (),
     ) -> None:
         super().__init__()
         self.topic = topic
@@ -148,14 +158,26 @@ class DispatcherActor(GeventActor):
         self.replay: SortedSet = SortedSet()
         self.redelivery_counts: dict[int, int] = {}
         self.pending_owner: dict[int, Consumer] = {}
+        self.unacked = 0  # the subscription's unacked messages, all consumers together
+        self.blocked_on_unacked = False
         self.msg_out = 0
         self.bytes_out = 0
+        self.reads_issued = 0
+        self._rate_out = Rate()
+        self._throughput_out = Rate()
+
+        own = DispatchRateLimiter(
+            "subscription",
+            settings.dispatch_throttling_rate_per_subscription_in_msg,
+            settings.dispatch_throttling_rate_per_subscription_in_byte,
+        )
+        self.rate_limiters = [lim for lim in (*rate_limiters, own) if lim.enabled]
 
         self._read_id = 0
         self._pending_read: str | None = None  # None, "normal" or "replay"
         self._next_index = 0  # round-robin position
         self._backoff_ms = 0.0
-        self._retry: gevent.Greenlet | None = None
+        self._retry: Cancellable | None = None
         self._gate: ConflatedTell | None = None
         self._handlers: dict[type, Callable[[Any], Any]] = {
             ReadMore: self._read_more,
@@ -174,7 +196,11 @@ class DispatcherActor(GeventActor):
 
     def on_stop(self) -> None:
         if self._retry is not None:
-            self._retry.kill(block=False)
+            self._retry.cancel()
+
+    def call_later(self, seconds: float, func: Callable[[], object]) -> Cancellable:
+        """Run ``func`` (a thread-safe request) after ``seconds``; provided by the runtime."""
+        raise NotImplementedError
 
     def on_receive(self, message: Any) -> Any:
         if message.__class__ is ReadMore:
@@ -241,6 +267,7 @@ class DispatcherActor(GeventActor):
             self._wake_for_replay()
 
     def _release_pending(self, consumer: Consumer, *, count_redelivery: bool = True) -> None:
+        self._unacked_changed(-consumer.unacked)
         for entry_id in consumer.pending:
             self.pending_owner.pop(entry_id, None)
             self.replay.add(entry_id)
@@ -248,6 +275,7 @@ class DispatcherActor(GeventActor):
                 self.redelivery_counts[entry_id] = self.redelivery_counts.get(entry_id, 0) + 1
         consumer.pending.clear()
         consumer.unacked = 0
+        consumer.unblock()
 
     def _rewind(self) -> None:
         """No consumer is left: forget the in-flight state and re-read from the mark-delete."""
@@ -259,7 +287,7 @@ class DispatcherActor(GeventActor):
 
     def _first_available(self) -> Consumer | None:
         for consumer in self._candidates():
-            if consumer.permits > 0 and consumer.writable:
+            if _available(consumer):
                 return consumer
         return None
 
@@ -274,30 +302,40 @@ class DispatcherActor(GeventActor):
             return
         first = self._first_available()
         if first is None:
-            return  # a FLOW, a writable event or a completion will wake us
+            return  # a FLOW, a writable event, an ack or a completion will wake us
         permits = max(self.total_permits.value, first.permits)
         if permits <= 0:
             return
         batch = min(permits, self.settings.dispatcher_max_read_batch_size)
-        self._read_id += 1
+        max_bytes = self.settings.dispatcher_max_read_size_bytes
+        if self.rate_limiters:
+            wait = limiters_wait(self.rate_limiters)
+            if wait > 0:
+                self._retry_later(wait * 1000)  # a writable event meanwhile dispatches nothing
+                return
+            batch, max_bytes = limiters_allowance(self.rate_limiters, batch, max_bytes)
         while self.replay:
             ids = [i for i in self.replay.islice(0, batch) if not self.cursor.is_acked(i)]
             if ids:
-                self._pending_read = "replay"
-                self.topic.tell(ReadIds(self.name, self._read_id, ids, self.actor_ref))
+                self._issue_read(
+                    "replay", ReadIds(self.name, self._read_id + 1, ids, self.actor_ref)
+                )
                 return
             del self.replay[:batch]
-        self._pending_read = "normal"
-        self.topic.tell(
+        if self.blocked_on_unacked:
+            return  # acks below half the limit wake us
+        self._issue_read(
+            "normal",
             ReadEntries(
-                self.name,
-                self._read_id,
-                self.read_position,
-                batch,
-                self.settings.dispatcher_max_read_size_bytes,
-                self.actor_ref,
-            )
+                self.name, self._read_id + 1, self.read_position, batch, max_bytes, self.actor_ref
+            ),
         )
+
+    def _issue_read(self, kind: str, request: ReadEntries | ReadIds) -> None:
+        self._read_id = request.read_id
+        self._pending_read = kind
+        self.reads_issued += 1
+        self.topic.tell(request)
 
     def _cancel_pending_read(self) -> None:
         if self._pending_read == "normal":
@@ -344,12 +382,14 @@ class DispatcherActor(GeventActor):
         self._retry_later(self._backoff_ms)
 
     def _retry_later(self, delay_ms: float) -> None:
-        if self._retry is not None and not self._retry.dead:
-            return  # one timer at a time; it ends in a conflated request either way
+        """Request a read after ``delay_ms``. One timer at a time, and it only ever makes a
+        conflated request, so a timer can never start a second pending read."""
+        if self._retry is not None and not self._retry.done:
+            return
         if delay_ms <= 0:
             self.gate.request()
             return
-        self._retry = gevent.spawn_later(delay_ms / 1000.0, self.gate.request)
+        self._retry = self.call_later(delay_ms / 1000.0, self.gate.request)
 
     # Handing entries out.
 
@@ -365,6 +405,9 @@ class DispatcherActor(GeventActor):
             if consumer is None:
                 break
             budget = consumer.permits
+            limit = self.settings.max_unacked_messages_per_consumer
+            if limit > 0 and self.durable:
+                budget = min(budget, limit - consumer.unacked)
             batch: list[Entry] = []
             messages = 0
             while index < count and len(batch) < chunk and (messages < budget or not batch):
@@ -385,14 +428,14 @@ class DispatcherActor(GeventActor):
     def _next_consumer(self) -> Consumer | None:
         if self.sub_type in (EXCLUSIVE, FAILOVER):
             active = self.active
-            if active is not None and active.permits > 0 and active.writable:
+            if active is not None and _available(active):
                 return active
             return None
         consumers = self.consumers
         size = len(consumers)
         for step in range(size):
             consumer = consumers[(self._next_index + step) % size]
-            if consumer.permits > 0 and consumer.writable:
+            if _available(consumer):
                 self._next_index = (self._next_index + step + 1) % size
                 return consumer
         return None
@@ -411,9 +454,16 @@ class DispatcherActor(GeventActor):
             size += len(entry.data)
         consumer.unacked += messages
         consumer.msg_out += messages
+        consumer.bytes_out += size
         consumer.debit(messages)
+        limit = self.settings.max_unacked_messages_per_consumer
+        if limit > 0 and self.durable and consumer.unacked >= limit:
+            consumer.block()
+        self._unacked_changed(messages)
         self.msg_out += messages
         self.bytes_out += size
+        for limiter in self.rate_limiters:
+            limiter.charge(messages, size)
         consumer.connection.event_loop.tell(
             SendMessages(consumer, batch, redelivery, self.gate.request)
         )
@@ -445,7 +495,7 @@ class DispatcherActor(GeventActor):
     def _forget(self, entry_id: int) -> None:
         owner = self.pending_owner.pop(entry_id, None)
         if owner is not None:
-            owner.unacked -= owner.pending.pop(entry_id, 0)
+            self._consumer_acked(owner, owner.pending.pop(entry_id, 0))
         self.replay.discard(entry_id)
         self.redelivery_counts.pop(entry_id, None)
 
@@ -460,42 +510,103 @@ class DispatcherActor(GeventActor):
             if self.pending_owner.get(entry_id) is not consumer:
                 continue
             del self.pending_owner[entry_id]
-            consumer.unacked -= consumer.pending.pop(entry_id)
+            self._consumer_acked(consumer, consumer.pending.pop(entry_id))
             self.replay.add(entry_id)
             counts[entry_id] = counts.get(entry_id, 0) + 1
         self._wake_for_replay()
 
+    def _consumer_acked(self, consumer: Consumer, messages: int) -> None:
+        """``messages`` of ``consumer`` left its unacked set (acked or sent back to replay)."""
+        consumer.unacked -= messages
+        self._unacked_changed(-messages)
+        limit = self.settings.max_unacked_messages_per_consumer
+        if consumer.blocked and consumer.unacked <= limit // 2:
+            consumer.unblock()
+
+    def _unacked_changed(self, delta: int) -> None:
+        self.unacked += delta
+        limit = self.settings.max_unacked_messages_per_subscription
+        if limit <= 0 or not self.durable:
+            return
+        if not self.blocked_on_unacked and self.unacked >= limit:
+            self.blocked_on_unacked = True
+        elif self.blocked_on_unacked and self.unacked <= limit // 2:
+            self.blocked_on_unacked = False
+            self.gate.request()
+
     # Observability.
 
     def stats(self) -> dict[str, Any]:
-        return {
-            "type": SUB_TYPE_NAMES.get(self.sub_type, str(self.sub_type)),
-            "durable": self.durable,
-            "msgOutCounter": self.msg_out,
-            "bytesOutCounter": self.bytes_out,
-            "markDeletePosition": f"{self.ledger_id}:{self.cursor.mark_delete}",
-            "individuallyAcked": self.cursor.individually_acked,
-            "readPosition": self.read_position,
-            "msgRedeliverQueue": len(self.replay),
-            "totalAvailablePermits": self.total_permits.value,
-            "unackedMessages": sum(c.unacked for c in self.consumers),
-            "consumers": [
+        """This subscription's part of the topic stats, shaped like Pulsar's."""
+        consumers = []
+        for c in self.consumers:
+            channel = c.connection.channel.statistics()
+            consumers.append(
                 {
                     "consumerName": c.name,
                     "consumerId": c.consumer_id,
                     "address": c.connection.peer,
+                    "priorityLevel": c.priority,
                     "availablePermits": c.permits,
                     "unackedMessages": c.unacked,
+                    "blockedConsumerOnUnackedMsgs": c.blocked,
+                    "parkedPermits": c.parked_permits,
                     "msgOutCounter": c.msg_out,
-                    "writable": c.writable,
-                    "active": self.active is c if self.sub_type != SHARED else True,
+                    "bytesOutCounter": c.bytes_out,
+                    "msgRateOut": c.rate_out.sample(c.msg_out),
+                    "msgThroughputOut": c.throughput_out.sample(c.bytes_out),
+                    "isActive": c is self.active if self.sub_type != SHARED else True,
+                    "writable": channel.writable,
+                    "pendingOutboundBytes": channel.pending_bytes,
+                    "writabilityChanges": channel.writability_changes,
                 }
-                for c in self.consumers
-            ],
+            )
+        return {
+            "type": SUB_TYPE_NAMES.get(self.sub_type, str(self.sub_type)),
+            "isDurable": self.durable,
+            "msgOutCounter": self.msg_out,
+            "bytesOutCounter": self.bytes_out,
+            "msgRateOut": self._rate_out.sample(self.msg_out),
+            "msgThroughputOut": self._throughput_out.sample(self.bytes_out),
+            "markDeletePosition": f"{self.ledger_id}:{self.cursor.mark_delete}",
+            "readPosition": f"{self.ledger_id}:{self.read_position}",
+            "individuallyAcked": self.cursor.individually_acked,
+            "msgRedeliverQueue": len(self.replay),
+            "totalAvailablePermits": self.total_permits.value,
+            "unackedMessages": self.unacked,
+            "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
+            "readsIssued": self.reads_issued,
+            "consumers": consumers,
         }
 
     def __str__(self) -> str:
         return f"{self.topic_name} / {self.name}"
+
+
+def _available(consumer: Consumer) -> bool:
+    """Can take entries now: permits left, not blocked on unacked messages, socket writable."""
+    return consumer.permits > 0 and not consumer.blocked and consumer.writable
+
+
+class DispatcherActor(Dispatcher, GeventActor):
+    """The broker's dispatcher: :class:`Dispatcher` on a gevent actor."""
+
+    def call_later(self, seconds: float, func: Callable[[], object]) -> Cancellable:
+        return _GreenletTimer(gevent.spawn_later(seconds, func))
+
+
+class _GreenletTimer:
+    __slots__ = ("_greenlet",)
+
+    def __init__(self, greenlet: gevent.Greenlet) -> None:
+        self._greenlet = greenlet
+
+    @property
+    def done(self) -> bool:
+        return bool(self._greenlet.dead)
+
+    def cancel(self) -> None:
+        self._greenlet.kill(block=False)
 
 
 # Messages sent to the topic (defined here, where they are composed; the topic imports them).

@@ -26,6 +26,8 @@ from brokerlet.actors.dispatcher import (
     SubscriptionClosed,
 )
 from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.ratelimit import DispatchRateLimiter
+from brokerlet.actors.stats import Rate
 from brokerlet.config import Settings
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.ledger import Entry, Ledger, NewEntry
@@ -111,7 +113,13 @@ class TopicStats:
 class TopicActor(GeventActor):
     """The managed ledger of one topic: appends, reads and subscription cursors."""
 
-    def __init__(self, name: str, ledger: Ledger, settings: Settings) -> None:
+    def __init__(
+        self,
+        name: str,
+        ledger: Ledger,
+        settings: Settings,
+        broker_limiter: DispatchRateLimiter | None = None,
+    ) -> None:
         super().__init__()
         self.name = name
         self.ledger = ledger
@@ -122,6 +130,16 @@ class TopicActor(GeventActor):
         self.waiting: dict[str, ReadEntries] = {}  # long polls at the end of the ledger
         self.msg_in = 0
         self.bytes_in = 0
+        self._rate_in = Rate()
+        self._throughput_in = Rate()
+        topic_limiter = DispatchRateLimiter(
+            "topic",
+            settings.dispatch_throttling_rate_per_topic_in_msg,
+            settings.dispatch_throttling_rate_per_topic_in_byte,
+        )
+        self.rate_limiters = [
+            lim for lim in (broker_limiter, topic_limiter) if lim is not None and lim.enabled
+        ]
         self._handlers: dict[type, Callable[[Any], Any]] = {
             Append: self._append,
             ReadEntries: self._read_entries,
@@ -224,6 +242,7 @@ class TopicActor(GeventActor):
             cursor=Cursor(start - 1),
             read_position=start,
             settings=self.settings,
+            rate_limiters=self.rate_limiters,
         )
         self.subscriptions[message.subscription] = dispatcher
         self.mark_deletes[message.subscription] = start - 1
@@ -311,10 +330,16 @@ class TopicActor(GeventActor):
             mark_delete = self.mark_deletes.get(name, last)
             sub["msgBacklog"] = max(0, last - mark_delete - sub.pop("individuallyAcked", 0))
             subscriptions[name] = sub
+        subs = subscriptions.values()
         return {
+            "msgRateIn": self._rate_in.sample(self.msg_in),
+            "msgThroughputIn": self._throughput_in.sample(self.bytes_in),
+            "msgRateOut": sum(s["msgRateOut"] for s in subs),
+            "msgThroughputOut": sum(s["msgThroughputOut"] for s in subs),
             "msgInCounter": self.msg_in,
             "bytesInCounter": self.bytes_in,
-            "msgOutCounter": sum(s["msgOutCounter"] for s in subscriptions.values()),
+            "msgOutCounter": sum(s["msgOutCounter"] for s in subs),
+            "bytesOutCounter": sum(s["bytesOutCounter"] for s in subs),
             "storageSize": getattr(self.ledger, "size_bytes", 0),
             "ledgerId": self.ledger.ledger_id,
             "lastEntryId": last,
