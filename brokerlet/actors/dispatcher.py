@@ -174,7 +174,7 @@ class Dispatcher:
         self.rate_limiters = [lim for lim in (*rate_limiters, own) if lim.enabled]
 
         self._read_id = 0
-        self._pending_read: str | None = None  # None, "normal" or "replay"
+        self.pending_read: str | None = None  # None, "normal" or "replay"
         self._next_index = 0  # round-robin position
         self._backoff_ms = 0.0
         self._retry: Cancellable | None = None
@@ -298,7 +298,7 @@ class Dispatcher:
 
     def _read_more(self, _message: object) -> None:
         self.gate.taken()
-        if self._pending_read is not None or not self.consumers:
+        if self.pending_read is not None or not self.consumers:
             return
         first = self._first_available()
         if first is None:
@@ -333,26 +333,26 @@ class Dispatcher:
 
     def _issue_read(self, kind: str, request: ReadEntries | ReadIds) -> None:
         self._read_id = request.read_id
-        self._pending_read = kind
+        self.pending_read = kind
         self.reads_issued += 1
         self.topic.tell(request)
 
     def _cancel_pending_read(self) -> None:
-        if self._pending_read == "normal":
+        if self.pending_read == "normal":
             self.topic.tell(CancelRead(self.name, self._read_id))
-        self._pending_read = None
+        self.pending_read = None
         self._read_id += 1  # a completion already on its way is stale now
 
     def _wake_for_replay(self) -> None:
         """Entries joined the replay set: a long poll waiting for new entries must not hold them."""
-        if self.replay and self._pending_read == "normal":
+        if self.replay and self.pending_read == "normal":
             self._cancel_pending_read()
         self.gate.request()
 
     def _entries_read(self, message: EntriesRead) -> None:
         if message.read_id != self._read_id:
             return  # cancelled
-        self._pending_read = None
+        self.pending_read = None
         entries = message.entries
         if isinstance(entries, BaseException):
             log.warning("%s: read failed: %s", self, entries)
