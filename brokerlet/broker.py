@@ -23,6 +23,7 @@ import pykka
 
 from brokerlet.actors.broker import BrokerActor, GetAllStats, GetTopicStats
 from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.admin import AdminServer
 from brokerlet.config import Settings, load_settings
 from brokerlet.transport.server import Server
 
@@ -53,6 +54,11 @@ class Broker:
             settings = load_settings(env={}, overrides=overrides)
         elif overrides:
             settings = settings.replace(**overrides)
+        # An ephemeral broker gets an ephemeral web service too, unless one was asked for,
+        # so test suites can run many brokers side by side.
+        web_port_given = any(k in overrides for k in ("web_service_port", "webServicePort"))
+        if settings.port == 0 and not web_port_given:
+            settings = settings.replace(web_service_port=0)
         self.settings = settings
         self._thread: threading.Thread | None = None
         self._hub: Any = None
@@ -61,6 +67,7 @@ class Broker:
         self._stop_event: gevent.event.Event | None = None
         self._done = threading.Event()
         self._server: Server | None = None
+        self._admin: AdminServer | None = None
         self._broker_actor: pykka.ActorRef[BrokerActor] | None = None
         self._event_loops: list[pykka.ActorRef[EventLoopActor]] = []
         self.started_at: float | None = None
@@ -116,6 +123,14 @@ class Broker:
         if self._server is None:
             raise RuntimeError("broker not started")
         return self._server.address
+
+    @property
+    def web_service_url(self) -> str | None:
+        """The stats HTTP endpoint's base URL, or None when the web service is off."""
+        if self._admin is None:
+            return None
+        host, port = self._admin.address
+        return f"http://{host}:{port}"
 
     @property
     def service_url(self) -> str:
@@ -179,8 +194,10 @@ class Broker:
         self.started_at = time.time()
         self.startup_seconds = time.perf_counter() - began
         log.info(
-            "brokerlet listening on %s (storage %s, %d event loop(s), started in %.0f ms)",
+            "brokerlet listening on %s, stats on %s (storage %s, %d event loop(s), "
+            "started in %.0f ms)",
             self.service_url,
+            self.web_service_url or "(off)",
             self.settings.storage,
             self.settings.event_loops,
             self.startup_seconds * 1000,
@@ -208,8 +225,18 @@ class Broker:
             advertised_url=lambda: self.service_url,
         )
         self._server.start()
+        if self.settings.web_service_enabled:
+            self._admin = AdminServer(
+                self.settings.host,
+                self.settings.web_service_port,
+                topic_stats=self.topic_stats,
+                all_stats=self.stats,
+            )
+            self._admin.start()
 
     def _shutdown(self) -> None:
+        if self._admin is not None:
+            self._admin.stop()
         if self._server is not None:
             self._server.stop()
         for ref in [self._broker_actor, *self._event_loops]:
