@@ -46,6 +46,11 @@ def free_port() -> int:
 class BrokerProcess:
     """``python -m brokerlet serve`` as a child process.
 
+    Used as a context manager, it stops the broker on leaving; it does not start it::
+
+        with BrokerProcess() as broker:
+            url = broker.start().service_url
+
     Args:
         port: Port to ask for; 0 lets the broker pick one (read back from its ready line).
         profile_path: If given, run the broker under cProfile and write the profile there
@@ -57,7 +62,7 @@ class BrokerProcess:
         self.profile_path = profile_path
         self.spawned_at: float | None = None
         self.ready_at: float | None = None
-        self.service_url: str | None = None
+        self._service_url: str | None = None
         self._process: subprocess.Popen[str] | None = None
         self._stderr: IO[str] | None = None
         self._ready = threading.Event()
@@ -68,17 +73,25 @@ class BrokerProcess:
         return self._running().pid
 
     @property
-    def port(self) -> int:
-        """The port the broker listens on (known once it is ready)."""
-        if self.service_url is None:
+    def service_url(self) -> str:
+        """The ``pulsar://`` URL from the ready line."""
+        if self._service_url is None:
             raise RuntimeError("broker not ready")
+        return self._service_url
+
+    @property
+    def port(self) -> int:
+        """The port the broker listens on, from its ready line."""
         return int(self.service_url.rsplit(":", 1)[1])
 
     def spawn(self) -> float:
         """Start the process without waiting; return the ``perf_counter`` time of the spawn."""
         if self._process is not None:
             raise RuntimeError("broker already spawned")
-        self._stderr = tempfile.TemporaryFile("w+", prefix="brokerlet-bench-", suffix=".err")
+        # Closed in __exit__: it must outlive this call so errors can quote it.
+        self._stderr = tempfile.TemporaryFile(  # noqa: SIM115
+            "w+", prefix="brokerlet-bench-", suffix=".err"
+        )
         self.spawned_at = time.perf_counter()
         self._process = subprocess.Popen(
             self.command,
@@ -97,7 +110,7 @@ class BrokerProcess:
         Raises:
             RuntimeError: The broker exited or stayed silent for ``timeout`` seconds.
         """
-        if not self._ready.wait(timeout) or self.service_url is None:
+        if not self._ready.wait(timeout) or self._service_url is None:
             self.stop()
             raise RuntimeError(f"broker did not become ready:\n{self.stderr_tail()}")
         return self.service_url
@@ -144,8 +157,6 @@ class BrokerProcess:
         return "".join(self._stderr.readlines()[-lines:])
 
     def __enter__(self) -> BrokerProcess:
-        if self._process is None:
-            self.start()
         return self
 
     def __exit__(
@@ -171,6 +182,6 @@ class BrokerProcess:
             match = _READY.search(line)
             if match and not self._ready.is_set():
                 self.ready_at = time.perf_counter()
-                self.service_url = match.group(1)
+                self._service_url = match.group(1)
                 self._ready.set()
         self._ready.set()

@@ -76,8 +76,11 @@ class FakeTopicMixin:
         self.entries: list[Entry] = []
         self.waiting: ReadEntries | None = None
         self.reads: list[Any] = []
+        self.overlapping_reads = 0  # a read arriving while another still waits: must stay 0
 
     def on_receive(self, message: Any) -> Any:
+        if isinstance(message, ReadEntries | ReadIds) and self.waiting is not None:
+            self.overlapping_reads += 1
         if isinstance(message, ReadEntries):
             self.reads.append(message)
             if message.start >= len(self.entries):
@@ -163,6 +166,21 @@ class _GreenletTimer:
         self._greenlet.kill(block=False)
 
 
+class _ManualTimer:
+    def __init__(self, seconds: float, func: Any) -> None:
+        self.seconds = seconds
+        self.func = func
+        self.done = False
+
+    def fire(self) -> None:
+        if not self.done:
+            self.done = True
+            self.func()
+
+    def cancel(self) -> None:
+        self.done = True
+
+
 @dataclass
 class Harness:
     """One subscription's dispatcher with a fake topic and one fake event loop."""
@@ -170,10 +188,19 @@ class Harness:
     actor_class: type[pykka.Actor]
     settings: Settings = field(default_factory=lambda: load_settings(env={}))
     sub_type: int = pb.CommandSubscribe.Shared
+    rate_limiters: list[Any] = field(default_factory=list)
+    manual_timers: bool = False  # timers wait for fire_timers() instead of real time
 
     def __post_init__(self) -> None:
         base = self.actor_class
-        timer = _ThreadTimer if issubclass(base, pykka.ThreadingActor) else _GreenletTimer
+        timer: Any = _ThreadTimer if issubclass(base, pykka.ThreadingActor) else _GreenletTimer
+        if self.manual_timers:
+            self.timers: list[_ManualTimer] = []
+            timers = self.timers
+
+            def timer(seconds: float, func: Any) -> _ManualTimer:
+                timers.append(_ManualTimer(seconds, func))
+                return timers[-1]
 
         class Topic(FakeTopicMixin, base):  # type: ignore[valid-type,misc]
             pass
@@ -197,13 +224,17 @@ class Harness:
             cursor=Cursor(-1),
             read_position=0,
             settings=self.settings,
+            rate_limiters=self.rate_limiters,
         )
         self.proxy = self.dispatcher.proxy()
         self._ids = 0
 
-    def consumer(self, name: str, permits: int = 0) -> Consumer:
+    def consumer(
+        self, name: str, permits: int = 0, handle: ConnectionHandle | None = None
+    ) -> Consumer:
         """A consumer added to the subscription, with ``permits`` from a first FLOW."""
-        handle = ConnectionHandle(peer=f"peer-{name}", channel=FakeChannel(), event_loop=self.loop)  # type: ignore[arg-type]
+        if handle is None:
+            handle = self.connection(name)
         self._ids += 1
         consumer = Consumer(
             consumer_id=self._ids,
@@ -215,9 +246,14 @@ class Harness:
             connection=handle,
         )
         self.dispatcher.ask(AddConsumer(consumer))
+        handle.consumers = (*handle.consumers, consumer)
         if permits:
             consumer.flow(permits)
         return consumer
+
+    def connection(self, name: str) -> ConnectionHandle:
+        """A connection handle with a fake channel, served by the fake event loop."""
+        return ConnectionHandle(peer=f"peer-{name}", channel=FakeChannel(), event_loop=self.loop)  # type: ignore[arg-type]
 
     def remove(self, consumer: Consumer) -> None:
         self.dispatcher.ask(RemoveConsumer(consumer))
@@ -254,6 +290,13 @@ class Harness:
             if batch.consumer is consumer
             for entry in batch.entries
         ]
+
+    def fire_timers(self) -> int:
+        """Fire every pending manual timer; returns how many fired."""
+        pending = [t for t in self.timers if not t.done]
+        for t in pending:
+            t.fire()
+        return len(pending)
 
     def stop(self) -> None:
         for ref in (self.dispatcher, self.topic, self.loop):

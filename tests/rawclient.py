@@ -75,9 +75,15 @@ class RawClient:
         timeout: Default bound, in seconds, of every wait.
     """
 
-    def __init__(self, address: tuple[str, int], timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self, address: tuple[str, int], timeout: float = DEFAULT_TIMEOUT, rcvbuf: int = 0
+    ) -> None:
         self.timeout = timeout
-        self.sock = socket.create_connection(address, timeout=timeout)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf:  # before connect(), or window scaling ignores it
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout)
+        self.sock.connect(address)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         host, port = self.sock.getsockname()[:2]
         self.peer = f"{host}:{port}"
@@ -240,15 +246,16 @@ class RawClient:
         consumer_id: int,
         *,
         initial_position: int = pb.CommandSubscribe.Earliest,
+        sub_type: int = pb.CommandSubscribe.Exclusive,
     ) -> None:
-        """Subscribe (Exclusive) and wait for the broker's SUCCESS."""
+        """Subscribe and wait for the broker's SUCCESS."""
         self.send_command(
             T(
                 type=T.SUBSCRIBE,
                 subscribe=pb.CommandSubscribe(
                     topic=topic,
                     subscription=subscription,
-                    sub_type=pb.CommandSubscribe.Exclusive,
+                    sub_type=sub_type,  # type: ignore[arg-type]
                     consumer_id=consumer_id,
                     request_id=self._request_id(),
                     initial_position=initial_position,  # type: ignore[arg-type]

@@ -147,8 +147,11 @@ class ConnectionActor(GeventActor):
         elif kind is ConnectionLost:
             self._lost(message.reason)
 
-    def on_failure(self, *_exc: object) -> None:
+    def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
+        # A bug of ours, not the peer's: drop the connection rather than serve it half-broken.
+        log.error("closing connection from %s: internal error: %r", self.peer, exc)
         self._release_all()
+        self._close_socket(f"internal error: {exc!r}")
 
     def _send(self, command: pb.BaseCommand) -> None:
         self.channel.write(encode_command(command))
@@ -179,6 +182,9 @@ class ConnectionActor(GeventActor):
         for frame in frames:
             command = frame.command
             kind = command.type
+            if not self.connected and kind != T.CONNECT:
+                self._disconnect(f"{command_name(kind)} before CONNECT")
+                return
             if kind == T.SEND:
                 if frame.payload is not None:
                     sends.append((command.send, frame.payload))
@@ -187,9 +193,6 @@ class ConnectionActor(GeventActor):
                 if not self._sends(sends):
                     return
                 sends = []
-            if not self.connected and kind != T.CONNECT:
-                self._disconnect(f"{command_name(kind)} before CONNECT")
-                return
             handler = self._handlers.get(kind)
             if handler is None:
                 log.warning(
@@ -340,6 +343,9 @@ class ConnectionActor(GeventActor):
                 if producer is None:
                     self._disconnect(f"SEND for unknown producer {send.producer_id}")
                     return False
+            if send.num_messages < 1:
+                self._disconnect(f"malformed SEND: num_messages {send.num_messages}")
+                return False
             try:
                 section = decode_payload(payload)
             except ProtocolError as error:
@@ -352,7 +358,7 @@ class ConnectionActor(GeventActor):
             )
             entry = None
             if section.checksum_ok:
-                entry = NewEntry(section.entry, section.checksum, send.num_messages or 1)
+                entry = NewEntry(section.entry, section.checksum, send.num_messages)
             else:
                 log.warning(
                     "%s: checksum mismatch on SEND %d of producer %s",

@@ -16,6 +16,7 @@ import socket as stdlib_socket
 from collections.abc import Callable
 from typing import Any
 
+import pykka
 from gevent import socket
 from gevent.server import StreamServer
 
@@ -137,7 +138,8 @@ class Server:
             if closed_reason:
                 reason = closed_reason[0]
             handle.channel.close()
-            actor.tell(ConnectionLost(reason))
+            with contextlib.suppress(pykka.ActorDeadError):  # it failed and closed already
+                actor.tell(ConnectionLost(reason))
             self._actors.discard(actor)
 
     def _read_loop(

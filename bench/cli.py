@@ -1,0 +1,98 @@
+"""``python -m bench``: options, the order of the sections, and the final report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bench.broker_process import REPO_ROOT, broker_command
+from bench.memory import raise_file_limit
+from bench.report import Row, print_header, print_table, system_info, write_json
+from bench.sections import FULL, QUICK, SectionResult, run_memory, run_startup, run_throughput
+
+__all__ = ["main"]
+
+SECTIONS = ("throughput", "startup", "memory")
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; return 0, or 1 if a measurement failed (a missed target is not)."""
+    if argv is None:
+        argv = sys.argv[1:]
+        command = list(sys.orig_argv)
+    else:
+        command = [sys.executable, "-m", "bench", *argv]
+    args = _parser().parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    chosen = args.only or list(SECTIONS)
+    profile_path = RESULTS_DIR / "broker-unbatched.prof" if args.profile else None
+    if args.profile and "throughput" not in chosen:
+        print("note: --profile profiles the throughput section, which is not selected")
+
+    raise_file_limit()  # before any broker is spawned: children inherit it
+    info = system_info(command, broker_command(0))
+    print_header(info)
+
+    runners: dict[str, Callable[[], SectionResult]] = {
+        "throughput": lambda: run_throughput(plan, profile_path),
+        "startup": lambda: run_startup(plan),
+        "memory": lambda: run_memory(plan),
+    }
+    results: dict[str, object] = {"header": info, "quick": args.quick}
+    rows: list[Row] = []
+    failed = False
+    for name in SECTIONS:
+        if name not in chosen:
+            continue
+        try:
+            section = runners[name]()
+        except Exception as error:  # one broken section must not hide the rest
+            traceback.print_exc()
+            section = SectionResult(
+                data={"error": repr(error)},
+                rows=[Row(name, "n/a", status="FAILED")],
+                failed=True,
+            )
+        print()
+        results[name] = section.data
+        rows.extend(section.rows)
+        failed |= section.failed
+
+    print("results" + (" (--quick: small runs, indicative only)" if args.quick else ""))
+    print_table(rows)
+    results["table"] = [_row_dict(row) for row in rows]
+    write_json(args.json, results)
+    print(f"written to {args.json}")
+    return 1 if failed else 0
+
+
+def _row_dict(row: Row) -> dict[str, str]:
+    return {
+        "figure": row.figure.strip(),
+        "value": row.value,
+        "range": row.spread,
+        "target": row.target,
+        "status": row.status,
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Measure brokerlet's throughput, start-up time and memory against its "
+        "targets.",
+    )
+    parser.add_argument("--quick", action="store_true",
+                        help="small runs (a smoke test of the bench, figures indicative only)")
+    parser.add_argument("--only", action="append", choices=SECTIONS, metavar="SECTION",
+                        help=f"run only this section ({', '.join(SECTIONS)}); repeatable")
+    parser.add_argument("--profile", action="store_true",
+                        help="add an unbatched run against a broker under cProfile and print "
+                        "its top functions")
+    parser.add_argument("--json", type=Path, default=RESULTS_DIR / "latest.json", metavar="PATH",
+                        help="where to write the results (default: bench/results/latest.json)")
+    return parser

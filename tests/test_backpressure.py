@@ -1,0 +1,320 @@
+"""Backpressure: unwritable consumers are skipped, the writable event resumes dispatch.
+
+The actor-level tests drive a dispatcher with fake neighbours (``tests/dispatch_harness.py``)
+and brokerlet's real event-loop actor for writable notifications; the socket tests at the end
+use a real broker and a consumer whose socket is not read, with small kernel buffers.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import gevent
+import gevent.event
+import pytest
+
+from brokerlet import Broker
+from brokerlet.actors import dispatcher as dispatcher_module
+from brokerlet.actors._conflate import ConflatedTell
+from brokerlet.actors._runtime import GeventActor
+from brokerlet.actors.consumer import ConnectionHandle
+from brokerlet.actors.eventloop import EventLoopActor, WritabilityChanged
+from brokerlet.actors.ratelimit import DispatchRateLimiter
+from brokerlet.config import load_settings
+from brokerlet.transport.protocol import pb
+from tests.dispatch_harness import Block, FakeChannel, Harness, Noop
+from tests.rawclient import RawClient
+
+
+class RecordingLoop(EventLoopActor):
+    """The real event loop, which a test can hold busy or use as a FIFO barrier."""
+
+    def on_receive(self, message: Any) -> None:
+        if isinstance(message, Block):
+            message.entered.set()
+            message.release.wait(10)
+        elif isinstance(message, Noop):
+            self.noops = getattr(self, "noops", 0) + 1
+        else:
+            super().on_receive(message)
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    h = Harness(GeventActor)
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def loop() -> Iterator[Any]:
+    ref = RecordingLoop.start(0)
+    yield ref
+    ref.stop()
+
+
+def watched_connection(h: Harness, loop: Any, name: str) -> ConnectionHandle:
+    """A connection whose writable notifications go to the real event loop ``loop``."""
+    handle = h.connection(name)
+    handle.writable_notice = ConflatedTell(loop, WritabilityChanged(handle))
+    return handle
+
+
+def channel_of(handle: ConnectionHandle) -> FakeChannel:
+    channel = handle.channel
+    assert isinstance(channel, FakeChannel)
+    return channel
+
+
+def test_an_unwritable_consumer_gets_nothing_and_only_the_writable_event_resumes(
+    harness: Harness, loop: Any
+) -> None:
+    handle = watched_connection(harness, loop, "slow")
+    channel_of(handle).writable = False
+    consumer = harness.consumer("slow", 100, handle)
+    harness.append(32)
+    harness.settle()
+    assert harness.sent_to(consumer) == []
+    assert harness.proxy.pending_read.get() is None, "the read loop must stop, not wait"
+    reads = harness.proxy.reads_issued.get()
+    harness.settle()
+    assert harness.proxy.reads_issued.get() == reads, "no polling while unwritable"
+
+    channel_of(handle).writable = True
+    handle.channel_writability_changed(True)  # no FLOW, publish or ack: only this
+    loop.ask(Noop())
+    harness.settle()
+    assert harness.sent_to(consumer) == list(range(32))
+
+
+def test_unwritable_consumers_are_skipped_and_the_others_get_everything(
+    harness: Harness, loop: Any
+) -> None:
+    slow_handle = watched_connection(harness, loop, "slow")
+    slow = harness.consumer("slow", 100, slow_handle)
+    fast = harness.consumer("fast", 100)
+    channel_of(slow_handle).writable = False
+    harness.append(50)
+    harness.settle()
+    assert harness.sent_to(slow) == []
+    assert harness.sent_to(fast) == list(range(50))
+
+
+def test_nested_writable_notifications_coalesce_into_one_task(harness: Harness, loop: Any) -> None:
+    handle = watched_connection(harness, loop, "flappy")
+    consumer = harness.consumer("flappy", 10, handle)
+    harness.settle()
+    entered, release = gevent.event.Event(), gevent.event.Event()
+    loop.tell(Block(entered, release))
+    assert entered.wait(5)
+    try:
+        for _ in range(100):  # notifications raised while handling notifications
+            handle.channel_writability_changed(False)
+            handle.channel_writability_changed(True)
+        assert handle.writable_notice is not None
+        assert handle.writable_notice.requested
+        passes = harness.proxy.read_passes.get()
+    finally:
+        release.set()
+    loop.ask(Noop())
+    harness.settle()
+    # One task ran for the 100 notifications: one conflated read request, one pass.
+    assert handle.writable_notice.requested is False
+    assert harness.proxy.read_passes.get() == passes + 1
+    assert consumer.read_gate is not None
+
+
+def test_writability_is_checked_again_when_the_notification_task_runs(
+    harness: Harness, loop: Any
+) -> None:
+    handle = watched_connection(harness, loop, "flip")
+    channel_of(handle).writable = False
+    consumer = harness.consumer("flip", 10, handle)
+    harness.append(5)
+    harness.settle()
+    reads = harness.proxy.reads_issued.get()
+    entered, release = gevent.event.Event(), gevent.event.Event()
+    loop.tell(Block(entered, release))
+    assert entered.wait(5)
+    handle.channel_writability_changed(True)
+    channel_of(handle).writable = False  # flipped back before the task ran
+    release.set()
+    loop.ask(Noop())
+    harness.settle()
+    assert harness.proxy.reads_issued.get() == reads
+    assert harness.sent_to(consumer) == []
+
+
+def test_the_writable_notification_does_not_wait_for_a_busy_dispatcher(
+    harness: Harness, loop: Any
+) -> None:
+    handle = watched_connection(harness, loop, "c")
+    channel_of(handle).writable = False
+    consumer = harness.consumer("c", 10, handle)
+    harness.append(3)
+    harness.settle()
+    entered, release = gevent.event.Event(), gevent.event.Event()
+    harness.dispatcher.tell(Block(entered, release))
+    assert entered.wait(5)
+    try:
+        channel_of(handle).writable = True
+        handle.channel_writability_changed(True)
+        # The event loop handles the notification while the dispatcher is still busy.
+        loop.ask(Noop(), timeout=2)
+        assert consumer.read_gate is not None
+        assert consumer.read_gate.requested
+        assert harness.sent_to(consumer) == []
+    finally:
+        release.set()
+    harness.settle()
+    assert harness.sent_to(consumer) == [0, 1, 2]
+
+
+def test_an_exhausted_quota_dispatches_nothing_on_a_writable_event_until_tokens_return(
+    loop: Any,
+) -> None:
+    now = [0.0]
+    limiter = DispatchRateLimiter("topic", 5, 0, clock=lambda: now[0])
+    h = Harness(GeventActor, rate_limiters=[limiter], manual_timers=True)
+    try:
+        handle = watched_connection(h, loop, "c")
+        consumer = h.consumer("c", 100, handle)
+        h.append(12)
+        h.settle()
+        assert h.sent_to(consumer) == list(range(5))
+        handle.channel_writability_changed(True)
+        loop.ask(Noop())
+        h.settle()
+        assert h.fire_timers() == 1  # the rescheduled read, and only one
+        h.settle()
+        assert h.sent_to(consumer) == list(range(5))
+        now[0] += 1.0
+        h.fire_timers()
+        h.settle()
+        assert h.sent_to(consumer) == list(range(10))
+        now[0] += 1.0
+        h.fire_timers()
+        h.settle()
+        assert h.sent_to(consumer) == list(range(12))
+    finally:
+        h.stop()
+
+
+@pytest.mark.parametrize("backoff", [(1, 1), (1, 10)], ids=["fixed", "exponential"])
+def test_retry_timers_never_start_a_second_pending_read(backoff: tuple[int, int]) -> None:
+    initial, maximum = backoff
+    settings = load_settings(
+        env={},
+        overrides={
+            "dispatcher_retry_backoff_initial_time_ms": initial,
+            "dispatcher_retry_backoff_max_time_ms": maximum,
+            "dispatcher_max_read_batch_size": 4,
+            "max_unacked_messages_per_consumer": 0,
+        },
+    )
+    h = Harness(GeventActor, settings=settings)
+    rng = random.Random(7)
+    try:
+        consumers = [h.consumer(f"c{i}", 3) for i in range(3)]
+        total = 0
+        for _ in range(800):
+            consumer = rng.choice(consumers)
+            action = rng.randrange(5)
+            if action == 0:
+                consumer.flow(rng.randint(1, 5))
+            elif action == 1:
+                channel_of(consumer.connection).writable = rng.random() < 0.7
+                consumer.read_gate.request()  # type: ignore[union-attr]
+            elif action == 2:
+                (consumer.block if rng.random() < 0.5 else consumer.unblock)()
+            elif action == 3:
+                count = rng.randint(1, 4)
+                h.append(count)
+                total += count
+            gevent.sleep(rng.choice([0, 0, 0.001]))
+        for consumer in consumers:
+            channel_of(consumer.connection).writable = True
+            consumer.unblock()
+            consumer.flow(total)
+        h.settle()
+        gevent.sleep(0.02)  # let any retry timer still pending fire into the quiet state
+        h.settle()
+        assert h.topic.proxy().overlapping_reads.get() == 0
+        delivered = sorted(e for c in consumers for e in h.sent_to(c))
+        assert delivered == list(range(total)), "every entry exactly once"
+    finally:
+        h.stop()
+
+
+# Real sockets: a consumer that stops reading, with small kernel buffers.
+
+MESSAGES = 2048
+SIZE = 8 * 1024
+PERMITS = 8192
+READ_BATCH = 100
+
+
+def consumer_stats(broker: Broker, topic: str, subscription: str) -> dict[str, Any]:
+    stats = broker.topic_stats(topic)
+    assert stats is not None
+    (consumer,) = stats["subscriptions"][subscription]["consumers"]
+    result: dict[str, Any] = consumer
+    return result
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met in time")
+        time.sleep(0.005)  # polling the broker's stats from the test thread
+
+
+@pytest.mark.parametrize("gated", [True, False], ids=["gated", "ungated"])
+def test_a_paused_consumer_socket_stops_dispatch_and_resuming_delivers_everything(
+    gated: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pulsar's diagnostic as a test. Ungated, the broker feeds the paused socket until the
+    permits run out; that variant proves the assertions can fail."""
+    monkeypatch.setattr(dispatcher_module, "WRITABILITY_GATING", gated)
+    topic = "persistent://public/default/paused-socket"
+    with (
+        Broker(port=0, so_sndbuf=16384) as broker,
+        RawClient(broker.address, timeout=10) as producer,
+    ):
+        if True:
+            producer.handshake()
+            producer.create_producer(topic, 1)
+            with RawClient(broker.address, timeout=10, rcvbuf=16384) as consumer:
+                consumer.handshake()
+                consumer.subscribe(topic, "s", 1, sub_type=pb.CommandSubscribe.Shared)
+                consumer.flow(1, PERMITS)  # then never read until resumed
+                payload = b"p" * SIZE
+                for sequence_id in range(MESSAGES):
+                    producer.send_raw(producer.send_frame(1, sequence_id, payload))
+                for _ in range(MESSAGES):
+                    producer.expect(pb.BaseCommand.SEND_RECEIPT)
+
+                wait_until(lambda: not consumer_stats(broker, topic, "s")["writable"])
+                at_flip = consumer_stats(broker, topic, "s")
+                # The observation window: the broker gets every chance to keep feeding.
+                time.sleep(0.5)
+                held = consumer_stats(broker, topic, "s")
+                consumed = PERMITS - held["availablePermits"]
+                assert not held["writable"]
+                assert held["writabilityChanges"] >= 1
+                high = broker.settings.high_watermark
+                bounded = (
+                    consumed <= at_flip["msgOutCounter"] + READ_BATCH
+                    and consumed < MESSAGES
+                    and held["pendingOutboundBytes"] <= high + READ_BATCH * (SIZE + 200)
+                )
+                assert bounded is gated, (consumed, held["pendingOutboundBytes"])
+
+                # Resume reading: only the writable event can deliver the rest.
+                received = consumer.receive(1, MESSAGES, timeout=20)
+                assert [m.sequence_id for m in received] == list(range(MESSAGES))
+                assert all(m.payload == payload for m in received)
