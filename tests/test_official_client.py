@@ -277,3 +277,23 @@ def test_unsubscribe_removes_the_subscription(
     stats = broker.topic_stats(topic)
     assert stats is not None
     assert "gone" not in stats["subscriptions"]
+
+
+def test_seek_to_earliest_replays_everything(client: pulsar.Client, topic: str) -> None:
+    producer = client.create_producer(topic, batching_enabled=False)
+    consumer = client.subscribe(topic, "seeker", receiver_queue_size=10)
+    for i in range(25):
+        producer.send(f"s{i}".encode())
+    first = [consumer.receive(5000) for _ in range(25)]
+    for message in first:
+        consumer.acknowledge(message)
+    consumer.seek(pulsar.MessageId.earliest)
+    again = receive_all([consumer], 25)[0]
+    assert [m.data() for m in again] == [f"s{i}".encode() for i in range(25)]
+    assert nothing_more(consumer)
+
+
+def test_seek_by_publish_time_is_refused_clearly(client: pulsar.Client, topic: str) -> None:
+    consumer = client.subscribe(topic, "seeker")
+    with pytest.raises(pulsar.PulsarException):
+        consumer.seek(int(time.time() * 1000))

@@ -30,8 +30,10 @@ from brokerlet.actors.dispatcher import (
     KEY_SHARED,
     Ack,
     AddConsumer,
+    ConsumerClosedByBroker,
     Redeliver,
     RemoveConsumer,
+    Seek,
 )
 from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.topic import (
@@ -41,6 +43,7 @@ from brokerlet.actors.topic import (
     AppendItem,
     GetLastEntry,
     RemoveProducer,
+    ResolvePosition,
     Subscribe,
 )
 from brokerlet.config import Settings
@@ -134,6 +137,7 @@ class ConnectionActor(GeventActor):
             T.CLOSE_CONSUMER: self._close_consumer,
             T.UNSUBSCRIBE: self._unsubscribe,
             T.GET_LAST_MESSAGE_ID: self._get_last_message_id,
+            T.SEEK: self._seek,
         }
 
     # Actor plumbing.
@@ -146,6 +150,8 @@ class ConnectionActor(GeventActor):
             self._appended(message)
         elif kind is ConnectionLost:
             self._lost(message.reason)
+        elif kind is ConsumerClosedByBroker:
+            self._closed_by_broker(message.consumer)
 
     def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
         # A bug of ours, not the peer's: drop the connection rather than serve it half-broken.
@@ -519,6 +525,41 @@ class ConnectionActor(GeventActor):
     def _remove(self, consumer: Consumer, *, unsubscribe: bool) -> None:
         with contextlib.suppress(pykka.ActorDeadError):
             self._dispatcher_of(consumer).ask(RemoveConsumer(consumer, unsubscribe=unsubscribe))
+
+    def _seek(self, command: pb.BaseCommand) -> None:
+        request = command.seek
+        consumer = self.consumers.get(request.consumer_id)
+        if consumer is None:
+            self._error(
+                request.request_id, pb.ConsumerNotFound, f"Consumer {request.consumer_id} not found"
+            )
+            return
+        if not request.HasField("message_id"):
+            self._error(
+                request.request_id,
+                pb.NotAllowedError,
+                "Seek by publish time is not supported by brokerlet yet",
+            )
+            return
+        target = (request.message_id.ledger_id, request.message_id.entry_id)
+        entry_id = self._topic(consumer.topic).ask(ResolvePosition(target))
+        for own in self._dispatcher_of(consumer).ask(Seek(entry_id, self.handle)):
+            self._closed_by_broker(own)
+        self._success(request.request_id)
+
+    def _closed_by_broker(self, consumer: Consumer) -> None:
+        if self.consumers.get(consumer.consumer_id) is not consumer:
+            return
+        del self.consumers[consumer.consumer_id]
+        self.handle.consumers = tuple(self.consumers.values())
+        self._send(
+            T(
+                type=T.CLOSE_CONSUMER,
+                close_consumer=pb.CommandCloseConsumer(
+                    consumer_id=consumer.consumer_id, request_id=2**64 - 1
+                ),
+            )
+        )
 
     def _get_last_message_id(self, command: pb.BaseCommand) -> None:
         request = command.get_last_message_id

@@ -61,6 +61,7 @@ class ConnectionHandle:
     peer: str
     channel: Channel
     event_loop: Any  # pykka.ActorRef of the EventLoopActor that owns this channel's I/O tasks
+    actor: Any = None  # pykka.ActorRef of the ConnectionActor, for broker-initiated closes
     consumers: tuple[Consumer, ...] = ()
     closed: bool = False
     writable_notice: ConflatedTell | None = None  # WritabilityChanged to ``event_loop``, conflated

@@ -29,7 +29,7 @@ from sortedcontainers import SortedSet
 
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.consumer import Consumer, PermitTotal
+from brokerlet.actors.consumer import ConnectionHandle, Consumer, PermitTotal
 from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.ratelimit import DispatchRateLimiter, limiters_allowance, limiters_wait
 from brokerlet.actors.stats import Cancellable, Rate
@@ -99,6 +99,21 @@ class Ack:
 class Redeliver:
     consumer: Consumer
     positions: Sequence[tuple[int, int]] | None  # None: every entry pending on the consumer
+
+
+@dataclass(frozen=True, slots=True)
+class Seek:
+    """Reset the subscription so ``entry_id`` is the next entry delivered; asked."""
+
+    entry_id: int
+    requester: ConnectionHandle
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerClosedByBroker:
+    """Told to a connection actor: the broker closed this consumer (the client reconnects)."""
+
+    consumer: Consumer
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +202,7 @@ class Dispatcher:
             Redeliver: self._redeliver,
             AddConsumer: self._add_consumer,
             RemoveConsumer: self._remove_consumer,
+            Seek: self._seek,
             GetStats: lambda _: self.stats(),
         }
 
@@ -256,6 +272,34 @@ class Dispatcher:
         if self.sub_type in (EXCLUSIVE, FAILOVER):
             self._pick_active()
         self._wake_for_replay()
+
+    def _seek(self, message: Seek) -> list[Consumer]:
+        """Disconnect every consumer, forget in-flight state, and restart at ``entry_id``.
+
+        As in Pulsar, the consumers are closed first (the client resubscribes with a full
+        receiver queue), so no permits stay charged for messages the client dropped. Returns
+        the requester's own consumers: it closes those itself, before answering the seek.
+        """
+        closed = list(self.consumers)
+        for consumer in closed:
+            consumer.detach()
+            consumer.pending.clear()
+            consumer.unacked = 0
+        self.consumers.clear()
+        self.active = None
+        self.pending_owner.clear()
+        self.unacked = 0
+        self.blocked_on_unacked = False
+        self._cancel_pending_read()
+        self.replay.clear()
+        self.redelivery_counts.clear()
+        self.cursor.reset(message.entry_id - 1)
+        self.read_position = message.entry_id
+        log.info("%s: reset to entry %d", self, message.entry_id)
+        for consumer in closed:
+            if consumer.connection is not message.requester and consumer.connection.actor:
+                consumer.connection.actor.tell(ConsumerClosedByBroker(consumer))
+        return [c for c in closed if c.connection is message.requester]
 
     def _pick_active(self) -> None:
         # Failover on a non-partitioned topic: the lowest priority level wins, then the

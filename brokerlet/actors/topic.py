@@ -106,6 +106,13 @@ class GetLastEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class ResolvePosition:
+    """Asked: the entry id a subscription should restart at for ``message_id``."""
+
+    message_id: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
 class TopicStats:
     pass
 
@@ -151,6 +158,7 @@ class TopicActor(GeventActor):
             RemoveProducer: self._remove_producer,
             Subscribe: self._subscribe,
             GetLastEntry: lambda _: (self.ledger.ledger_id, self.ledger.last_entry_id),
+            ResolvePosition: lambda m: self._start_of(m.message_id),
             TopicStats: lambda _: self.stats(),
         }
 

@@ -127,6 +127,7 @@ class Server:
             advertised_url=self._advertised_url(),
             close_socket=close_socket,
         )
+        handle.actor = actor
         self._connections.add(sock)
         self._actors.add(actor)
         log.info("connection from %s", peer)
