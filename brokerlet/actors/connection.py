@@ -36,6 +36,7 @@ from brokerlet.actors.dispatcher import (
     Seek,
 )
 from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.keyshared import KeySharedMeta
 from brokerlet.actors.topic import (
     AddProducer,
     Append,
@@ -428,13 +429,6 @@ class ConnectionActor(GeventActor):
         if not valid_topic_name(request.topic):
             self._error(request_id, pb.InvalidTopicName, f"Invalid topic name {request.topic!r}")
             return
-        if request.sub_type == KEY_SHARED:
-            self._error(
-                request_id,
-                pb.NotAllowedError,
-                "Key_Shared subscriptions are not supported by brokerlet yet",
-            )
-            return
         durable = request.durable if request.HasField("durable") else True
         start = None
         if request.HasField("start_message_id"):
@@ -453,6 +447,9 @@ class ConnectionActor(GeventActor):
             sub_type=request.sub_type,
             priority=request.priority_level,
             connection=self.handle,
+            key_shared=KeySharedMeta.from_command(request)
+            if request.sub_type == KEY_SHARED
+            else None,
         )
         try:
             dispatcher.ask(AddConsumer(consumer))

@@ -22,6 +22,7 @@ from brokerlet.actors.stats import Rate
 
 if TYPE_CHECKING:
     from brokerlet.actors._conflate import ConflatedTell
+    from brokerlet.actors.keyshared import KeySharedMeta
     from brokerlet.transport.channel import Channel
 
 __all__ = ["ConnectionHandle", "Consumer", "PermitTotal"]
@@ -84,6 +85,7 @@ class Consumer:
     priority: int
     connection: ConnectionHandle
     read_gate: ConflatedTell | None = None  # the dispatcher's conflated read request
+    key_shared: KeySharedMeta | None = None  # Key_Shared options from SUBSCRIBE
 
     # Dispatcher-owned state.
     pending: dict[int, int] = field(default_factory=dict)  # entry id -> messages unacked

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import gevent
-from sortedcontainers import SortedSet
 
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.consumer import ConnectionHandle, Consumer, PermitTotal
 from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.keyshared import KeySharedMeta, KeySharedRules, ReplaySet
 from brokerlet.actors.ratelimit import DispatchRateLimiter, limiters_allowance, limiters_wait
 from brokerlet.actors.stats import Cancellable, Rate
 from brokerlet.config import Settings
@@ -121,6 +121,10 @@ class GetStats:
     pass
 
 
+class HashesUnblocked:
+    """Key_Shared: draining hashes were released; the unblocking interval has passed."""
+
+
 # Message sent to a connection's event loop: one per consumer batch.
 
 
@@ -133,7 +137,7 @@ class SendMessages:
 
 
 class Dispatcher:
-    """Dispatch for one subscription (Shared, Exclusive or Failover), runtime-neutral.
+    """Dispatch for one subscription (Shared, Key_Shared, Exclusive or Failover), runtime-neutral.
 
     Combined with an actor runtime below: :class:`DispatcherActor` on gevent for the broker;
     tests also run it on Pykka's ThreadingActor to prove the permit accounting does not depend
@@ -170,7 +174,8 @@ class Dispatcher:
         self.consumers: list[Consumer] = []
         self.active: Consumer | None = None  # Exclusive/Failover only
         self.total_permits = PermitTotal()
-        self.replay: SortedSet = SortedSet()
+        self.replay = ReplaySet()
+        self.key_shared: KeySharedRules | None = None
         self.redelivery_counts: dict[int, int] = {}
         self.pending_owner: dict[int, Consumer] = {}
         self.unacked = 0  # the subscription's unacked messages, all consumers together
@@ -194,6 +199,8 @@ class Dispatcher:
         self._next_index = 0  # round-robin position
         self._backoff_ms = 0.0
         self._retry: Cancellable | None = None
+        self._unblock_timer: Cancellable | None = None
+        self._min_replayed = -1  # lowest entry of the replay read in flight (order guard)
         self._gate: ConflatedTell | None = None
         self._handlers: dict[type, Callable[[Any], Any]] = {
             ReadMore: self._read_more,
@@ -203,6 +210,7 @@ class Dispatcher:
             AddConsumer: self._add_consumer,
             RemoveConsumer: self._remove_consumer,
             Seek: self._seek,
+            HashesUnblocked: self._hashes_unblocked,
             GetStats: lambda _: self.stats(),
         }
 
@@ -212,8 +220,9 @@ class Dispatcher:
         self._gate = ConflatedTell(self.actor_ref, ReadMore())
 
     def on_stop(self) -> None:
-        if self._retry is not None:
-            self._retry.cancel()
+        for timer in (self._retry, self._unblock_timer):
+            if timer is not None:
+                timer.cancel()
 
     def call_later(self, seconds: float, func: Callable[[], object]) -> Cancellable:
         """Run ``func`` (a thread-safe request) after ``seconds``; provided by the runtime."""
@@ -233,6 +242,7 @@ class Dispatcher:
 
     def _add_consumer(self, message: AddConsumer) -> None:
         consumer = message.consumer
+        meta = consumer.key_shared or KeySharedMeta()
         if self.consumers:
             if consumer.sub_type != self.sub_type:
                 raise BrokerError.consumer_busy(
@@ -243,8 +253,20 @@ class Dispatcher:
                 raise BrokerError.consumer_busy(
                     f"Exclusive consumer is already connected to subscription {self.name!r}"
                 )
+            if self.key_shared is not None:
+                self.key_shared.check_compatible(meta)
         else:
             self.sub_type = consumer.sub_type
+            self.key_shared = None
+            if consumer.sub_type == KEY_SHARED:
+                self.key_shared = KeySharedRules(meta, self.settings, self._schedule_unblock)
+        if self.key_shared is not None:
+            try:
+                self.key_shared.add_consumer(consumer, meta)
+            except BrokerError:
+                if not self.consumers:
+                    self.key_shared = None
+                raise
         consumer.attach(self.total_permits, self.gate)
         self.consumers.append(consumer)
         if self.sub_type in (EXCLUSIVE, FAILOVER):
@@ -262,7 +284,9 @@ class Dispatcher:
         if not consumer.detach():
             return  # removed already: its pending entries were released then
         self.consumers.remove(consumer)
-        self._release_pending(consumer)
+        self._release_pending(consumer, closing=True)
+        if self.key_shared is not None:
+            self.key_shared.remove_consumer(consumer)
         log.debug("%s: removed %r", self, consumer)
         if not self.consumers:
             self._rewind()
@@ -311,11 +335,15 @@ class Dispatcher:
             self._release_pending(previous, count_redelivery=False)
             self._wake_for_replay()
 
-    def _release_pending(self, consumer: Consumer, *, count_redelivery: bool = True) -> None:
+    def _release_pending(
+        self, consumer: Consumer, *, count_redelivery: bool = True, closing: bool = False
+    ) -> None:
         self._unacked_changed(-consumer.unacked)
+        key_shared = self.key_shared
         for entry_id in consumer.pending:
             self.pending_owner.pop(entry_id, None)
-            self.replay.add(entry_id)
+            key_hash = key_shared.released(consumer, entry_id, closing=closing) if key_shared else 0
+            self.replay.add(entry_id, key_hash)
             if count_redelivery:
                 self.redelivery_counts[entry_id] = self.redelivery_counts.get(entry_id, 0) + 1
         consumer.pending.clear()
@@ -326,6 +354,7 @@ class Dispatcher:
         """No consumer is left: forget the in-flight state and re-read from the mark-delete."""
         self._cancel_pending_read()
         self.replay.clear()
+        self.key_shared = None
         self.read_position = self.cursor.mark_delete + 1
 
     # The read loop.
@@ -360,14 +389,15 @@ class Dispatcher:
                 self._retry_later(wait * 1000)  # a writable event meanwhile dispatches nothing
                 return
             batch, max_bytes = limiters_allowance(self.rate_limiters, batch, max_bytes)
-        while self.replay:
-            ids = [i for i in self.replay.islice(0, batch) if not self.cursor.is_acked(i)]
-            if ids:
-                self._issue_read(
-                    "replay", ReadIds(self.name, self._read_id + 1, ids, self.actor_ref)
-                )
-                return
-            del self.replay[:batch]
+        for entry_id in [i for i in self.replay.head(batch) if self.cursor.is_acked(i)]:
+            self.replay.discard(entry_id)
+        if self.key_shared is not None:
+            self._read_more_key_shared(self.key_shared, batch, max_bytes)
+            return
+        ids = [i for i in self.replay.head(batch) if not self.cursor.is_acked(i)]
+        if ids:
+            self._issue_read("replay", ReadIds(self.name, self._read_id + 1, ids, self.actor_ref))
+            return
         if self.blocked_on_unacked:
             return  # acks below half the limit wake us
         self._issue_read(
@@ -376,6 +406,44 @@ class Dispatcher:
                 self.name, self._read_id + 1, self.read_position, batch, max_bytes, self.actor_ref
             ),
         )
+
+    def _read_more_key_shared(self, rules: KeySharedRules, batch: int, max_bytes: int) -> None:
+        budgets = self._budgets()
+        if self.replay:
+            ids = rules.select_replay(self.replay, dict(budgets), batch)
+            ids = [i for i in ids if not self.cursor.is_acked(i)]
+            if ids:
+                self._min_replayed = ids[0]
+                self._issue_read(
+                    "replay", ReadIds(self.name, self._read_id + 1, ids, self.actor_ref)
+                )
+                return
+            # Nothing in the replay set can go out now: look ahead with a normal read.
+        if self.blocked_on_unacked:
+            return
+        limit = rules.look_ahead_limit(len(self.consumers))
+        if len(self.replay) >= limit or not any(b > 0 for b in budgets.values()):
+            self._retry_with_backoff()
+            return
+        count = min(batch, max(limit - len(self.replay), 1))
+        self._issue_read(
+            "normal",
+            ReadEntries(
+                self.name, self._read_id + 1, self.read_position, count, max_bytes, self.actor_ref
+            ),
+        )
+
+    def _budgets(self) -> dict[Consumer, int]:
+        """Effective permits, in messages, of every consumer that can take entries now."""
+        limit = self.settings.max_unacked_messages_per_consumer if self.durable else 0
+        budgets = {}
+        for consumer in self.consumers:
+            if _available(consumer):
+                budget = consumer.permits
+                if limit > 0:
+                    budget = min(budget, limit - consumer.unacked)
+                budgets[consumer] = budget
+        return budgets
 
     def _issue_read(self, kind: str, request: ReadEntries | ReadIds) -> None:
         self._read_id = request.read_id
@@ -405,6 +473,14 @@ class Dispatcher:
             self._retry_later(self.settings.dispatcher_read_failure_backoff_initial_time_ms)
             return
         if message.replay:
+            if (
+                self.key_shared is not None
+                and self.replay
+                and self.replay.first() < (self._min_replayed)
+            ):
+                # An older entry was redelivered meanwhile; sending these could overtake it.
+                self.gate.request()
+                return
             entries = [e for e in entries if e.entry_id in self.replay]
         else:
             if entries:
@@ -441,6 +517,8 @@ class Dispatcher:
 
     def _send(self, entries: list[Entry], *, replay: bool) -> bool:
         """Assign ``entries`` in order to consumers; the rest go to replay. True if any went out."""
+        if self.key_shared is not None:
+            return self._send_key_shared(self.key_shared, entries, replay=replay)
         index = 0
         count = len(entries)
         sent_any = False
@@ -471,6 +549,22 @@ class Dispatcher:
                 self.replay.discard(entry.entry_id)
         return sent_any
 
+    def _send_key_shared(
+        self, rules: KeySharedRules, entries: list[Entry], *, replay: bool
+    ) -> bool:
+        if replay:
+            rules.remember(entries, self.replay)
+        batches, held = rules.assign(entries, self._budgets(), self.replay, from_replay=replay)
+        for consumer, batch in batches.items():
+            self._deliver(consumer, batch, sum(e.num_messages for e in batch))
+            if replay:
+                for entry in batch:
+                    self.replay.discard(entry.entry_id)
+        for entry, key_hash in held:
+            self.replay.add(entry.entry_id, key_hash)
+        rules.forget_read(entry for entry, _ in held)
+        return bool(batches)
+
     def _next_consumer(self) -> Consumer | None:
         if self.sub_type in (EXCLUSIVE, FAILOVER):
             active = self.active
@@ -492,8 +586,11 @@ class Dispatcher:
         pending = consumer.pending
         redelivery = []
         size = 0
+        key_shared = self.key_shared
         for entry in batch:
             entry_id = entry.entry_id
+            if key_shared is not None:
+                key_shared.delivered(consumer, entry)
             owner[entry_id] = consumer
             pending[entry_id] = entry.num_messages
             redelivery.append(counts.get(entry_id, 0))
@@ -517,6 +614,13 @@ class Dispatcher:
     # Acknowledgements and redelivery.
 
     def _ack(self, message: Ack) -> None:
+        if self.key_shared is not None:
+            with self.key_shared.draining.batch():  # one unblock notification per ACK
+                self._apply_ack(message)
+        else:
+            self._apply_ack(message)
+
+    def _apply_ack(self, message: Ack) -> None:
         cursor = self.cursor
         moved = False
         entry_ids = [e for ledger, e in message.positions if ledger == self.ledger_id]
@@ -528,7 +632,7 @@ class Dispatcher:
             upto = max(entry_ids)
             for entry_id in [e for e in self.pending_owner if e <= upto]:
                 self._forget(entry_id)
-            for entry_id in list(self.replay.irange(maximum=upto)):
+            for entry_id in self.replay.up_to(upto):
                 self._forget(entry_id)
             moved = cursor.ack_cumulative(upto)
         else:
@@ -541,6 +645,8 @@ class Dispatcher:
     def _forget(self, entry_id: int) -> None:
         owner = self.pending_owner.pop(entry_id, None)
         if owner is not None:
+            if self.key_shared is not None:
+                self.key_shared.released(owner, entry_id)
             self._consumer_acked(owner, owner.pending.pop(entry_id, 0))
         self.replay.discard(entry_id)
         self.redelivery_counts.pop(entry_id, None)
@@ -557,8 +663,21 @@ class Dispatcher:
                 continue
             del self.pending_owner[entry_id]
             self._consumer_acked(consumer, consumer.pending.pop(entry_id))
-            self.replay.add(entry_id)
+            key_shared = self.key_shared
+            self.replay.add(entry_id, key_shared.released(consumer, entry_id) if key_shared else 0)
             counts[entry_id] = counts.get(entry_id, 0) + 1
+        self._wake_for_replay()
+
+    def _schedule_unblock(self) -> None:
+        """A draining hash that blocked someone was released: read again soon (merged)."""
+        interval = self.settings.key_shared_unblocking_interval_ms
+        if interval <= 0:
+            self._hashes_unblocked(None)
+        elif self._unblock_timer is None or self._unblock_timer.done:
+            tell = self.actor_ref.tell
+            self._unblock_timer = self.call_later(interval / 1000, lambda: tell(HashesUnblocked()))
+
+    def _hashes_unblocked(self, _message: object) -> None:
         self._wake_for_replay()
 
     def _consumer_acked(self, consumer: Consumer, messages: int) -> None:
@@ -605,6 +724,7 @@ class Dispatcher:
                     "writable": channel.writable,
                     "pendingOutboundBytes": channel.pending_bytes,
                     "writabilityChanges": channel.writability_changes,
+                    **(self.key_shared.consumer_stats(c) if self.key_shared else {}),
                 }
             )
         return {
@@ -624,6 +744,7 @@ class Dispatcher:
             "readsIssued": self.reads_issued,
             "readPasses": self.read_passes,
             "consumers": consumers,
+            **(self.key_shared.stats() if self.key_shared else {}),
         }
 
     def __str__(self) -> str:

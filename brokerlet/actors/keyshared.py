@@ -1,0 +1,367 @@
+"""Key_Shared dispatch rules, used by a subscription's dispatcher.
+
+Messages with one key are delivered to, and stay unacked at, one consumer at a time
+(reference: pulsar-dispatch.md §3). :class:`KeySharedRules` holds what that needs beyond a
+Shared dispatcher: the sticky-key selector (immutable snapshots, binary search), the
+draining-hashes tracker (PIP-379), the sticky-key hash of each pending or replayed entry,
+and the look-ahead limit. The dispatcher calls it at membership changes, when it reads, when
+it hands entries out and when entries are acknowledged or redelivered; all on the
+dispatcher actor.
+
+How ordering holds through churn:
+
+* a range that moves away from a consumer still holding unacked messages of a hash blocks
+  that hash for the new owner until those are acked or the old consumer leaves (draining);
+* while a hash has entries waiting in the replay set, newer entries of that hash wait too,
+  and within one read batch, once an entry of a hash is held back, the later ones are too;
+* a replay read whose result could overtake an entry redelivered meanwhile is discarded and
+  retried (the order guard).
+
+``allowOutOfOrderDelivery`` turns the last three off, keeping one consumer per key at a time.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sortedcontainers import SortedSet
+
+from brokerlet.actors.consumer import Consumer
+from brokerlet.actors.errors import BrokerError
+from brokerlet.config import Settings
+from brokerlet.keyshared import (
+    ConsumerAssignError,
+    DrainingHashesTracker,
+    HashRange,
+    Selector,
+    make_selector,
+    sticky_key_hash,
+)
+from brokerlet.storage.ledger import Entry
+from brokerlet.transport.protocol import parse_metadata, pb
+
+__all__ = ["KeySharedMeta", "KeySharedRules", "ReplaySet", "entry_key_hash"]
+
+log = logging.getLogger(__name__)
+
+AUTO_SPLIT = pb.AUTO_SPLIT
+STICKY = pb.STICKY
+
+
+@dataclass(frozen=True, slots=True)
+class KeySharedMeta:
+    """A Key_Shared consumer's SUBSCRIBE options."""
+
+    mode: int = AUTO_SPLIT
+    ranges: tuple[tuple[int, int], ...] = ()
+    allow_out_of_order: bool = False
+
+    @classmethod
+    def from_command(cls, subscribe: pb.CommandSubscribe) -> KeySharedMeta:
+        if not subscribe.HasField("key_shared_meta"):
+            return cls()
+        meta = subscribe.key_shared_meta
+        return cls(
+            meta.key_shared_mode,
+            tuple((r.start, r.end) for r in meta.hash_ranges),
+            meta.allow_out_of_order_delivery,
+        )
+
+
+def entry_key_hash(entry: Entry) -> int:
+    """The 31-bit sticky-key hash of an entry, as a Pulsar broker computes it.
+
+    The key is the ordering key, else the partition key (base64-decoded when flagged), else
+    ``<producer name>-<sequence id>``. A batch carries its first message's key; producers
+    should batch by key (``batching_type=KeyBased``) for per-key routing.
+    """
+    metadata = parse_metadata(entry.data)
+    if metadata.HasField("ordering_key"):
+        key = metadata.ordering_key
+    elif metadata.HasField("partition_key"):
+        key = metadata.partition_key.encode()
+        if metadata.partition_key_b64_encoded:
+            with contextlib.suppress(ValueError):
+                key = base64.b64decode(key, validate=True)
+    else:
+        key = f"{metadata.producer_name}-{metadata.sequence_id}".encode()
+    return sticky_key_hash(key) or 1  # 0 means "no hash"
+
+
+class ReplaySet:
+    """Entries to deliver again, in entry order, each with its sticky-key hash (0: none)."""
+
+    __slots__ = ("_counts", "_hashes", "_ids")
+
+    def __init__(self) -> None:
+        self._ids: SortedSet = SortedSet()
+        self._hashes: dict[int, int] = {}
+        self._counts: Counter[int] = Counter()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __bool__(self) -> bool:
+        return bool(self._ids)
+
+    def __contains__(self, entry_id: int) -> bool:
+        return entry_id in self._hashes
+
+    def add(self, entry_id: int, key_hash: int = 0) -> None:
+        if entry_id in self._hashes:
+            return
+        self._ids.add(entry_id)
+        self._hashes[entry_id] = key_hash
+        if key_hash:
+            self._counts[key_hash] += 1
+
+    def discard(self, entry_id: int) -> None:
+        key_hash = self._hashes.pop(entry_id, None)
+        if key_hash is None:
+            return
+        self._ids.discard(entry_id)
+        if key_hash:
+            left = self._counts[key_hash] - 1
+            if left:
+                self._counts[key_hash] = left
+            else:
+                del self._counts[key_hash]
+
+    def clear(self) -> None:
+        self._ids.clear()
+        self._hashes.clear()
+        self._counts.clear()
+
+    def first(self) -> int:
+        return int(self._ids[0])
+
+    def head(self, count: int) -> list[int]:
+        return list(self._ids.islice(0, count))
+
+    def __iter__(self) -> Any:
+        return iter(self._ids)
+
+    def up_to(self, entry_id: int) -> list[int]:
+        return list(self._ids.irange(maximum=entry_id))
+
+    def key_hash(self, entry_id: int) -> int:
+        return self._hashes.get(entry_id, 0)
+
+    def has_hash(self, key_hash: int) -> bool:
+        return key_hash in self._counts
+
+
+class KeySharedRules:
+    """The Key_Shared part of one subscription's dispatcher.
+
+    Args:
+        meta: the first consumer's options; they fix the subscription's mode.
+        settings: the broker's settings (selector and look-ahead keys).
+        on_unblocked: called when a draining hash that had blocked someone is released.
+    """
+
+    def __init__(
+        self, meta: KeySharedMeta, settings: Settings, on_unblocked: Callable[[], None]
+    ) -> None:
+        self.meta = meta
+        self.settings = settings
+        self.selector: Selector[Consumer] = make_selector(
+            "STICKY" if meta.mode == STICKY else "AUTO_SPLIT",
+            use_consistent_hashing=settings.subscription_key_shared_use_consistent_hashing,
+            replica_points=settings.subscription_key_shared_consistent_hashing_replica_points,
+        )
+        self.draining: DrainingHashesTracker[Consumer] = DrainingHashesTracker(
+            lambda _hash: on_unblocked()
+        )
+        self.pending_hashes: dict[int, int] = {}  # entry id -> hash, for pending entries
+        self._key_hashes: dict[int, int] = {}  # cache for entries read but not yet pending
+
+    @property
+    def ordered(self) -> bool:
+        """False when the subscription allows out-of-order delivery."""
+        return not self.meta.allow_out_of_order
+
+    # Membership.
+
+    def check_compatible(self, meta: KeySharedMeta) -> None:
+        if meta.mode != self.meta.mode:
+            names: dict[int, str] = {AUTO_SPLIT: "AUTO_SPLIT", STICKY: "STICKY"}
+            raise BrokerError.consumer_busy(
+                f"Key_Shared subscription is in {names.get(self.meta.mode)} mode, "
+                f"not {names.get(meta.mode)}"
+            )
+        if meta.allow_out_of_order != self.meta.allow_out_of_order:
+            raise BrokerError.consumer_busy(
+                "Key_Shared subscription's allowOutOfOrderDelivery differs from this consumer's"
+            )
+
+    def add_consumer(self, consumer: Consumer, meta: KeySharedMeta) -> None:
+        """Give ``consumer`` its ranges; the hashes it takes from others start draining."""
+        ranges = [HashRange(start, end) for start, end in meta.ranges] or None
+        try:
+            impacted = self.selector.add(consumer, ranges)
+        except ConsumerAssignError as error:
+            raise BrokerError(pb.ConsumerAssignError, str(error)) from None
+        if not self.selector.snapshot.ranges().get(consumer):
+            log.warning("Key_Shared consumer %r got no hash range (all points collide)", consumer)
+        if self.ordered and self.meta.mode == AUTO_SPLIT:
+            for other, changes in impacted.items():
+                if other is not consumer and changes.removed:
+                    self._start_draining(other, changes.removed)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Give the ranges of a consumer whose pending entries were released to the others."""
+        self.draining.consumer_removed(consumer)
+        self.selector.remove(consumer)
+
+    def _start_draining(self, consumer: Consumer, lost: Iterable[HashRange]) -> None:
+        spans = [(r.start, r.end) for r in lost]
+        slot = self.selector.slot
+        for entry_id in consumer.pending:
+            key_hash = self.pending_hashes.get(entry_id, 0)
+            if key_hash and any(low <= slot(key_hash) <= high for low, high in spans):
+                self.draining.add_entry(consumer, key_hash)
+
+    # Hashes of entries.
+
+    def key_hash(self, entry: Entry) -> int:
+        cached = self._key_hashes.get(entry.entry_id)
+        if cached is None:
+            cached = self._key_hashes[entry.entry_id] = entry_key_hash(entry)
+        return cached
+
+    def delivered(self, consumer: Consumer, entry: Entry) -> None:
+        """``entry`` is now pending at ``consumer``."""
+        self.pending_hashes[entry.entry_id] = self._key_hashes.pop(entry.entry_id, 0)
+
+    def released(self, consumer: Consumer, entry_id: int, *, closing: bool = False) -> int:
+        """``consumer``'s pending ``entry_id`` was acked or sent back; returns its hash."""
+        key_hash = self.pending_hashes.pop(entry_id, 0)
+        if key_hash:
+            self.draining.reduce_ref_count(consumer, key_hash, closing=closing)
+        return key_hash
+
+    def remember(self, entries: Iterable[Entry], replay: ReplaySet) -> None:
+        """Reuse the hashes the replay set keeps for replayed entries."""
+        for entry in entries:
+            key_hash = replay.key_hash(entry.entry_id)
+            if key_hash:
+                self._key_hashes[entry.entry_id] = key_hash
+
+    def forget_read(self, entries: Iterable[Entry]) -> None:
+        """Entries of a read that did not become pending (they went to replay)."""
+        for entry in entries:
+            self._key_hashes.pop(entry.entry_id, None)
+
+    # Reading.
+
+    def look_ahead_limit(self, consumers: int) -> int:
+        """How many entries the replay set may hold before normal reads pause."""
+        s = self.settings
+        terms = [
+            t
+            for t in (
+                s.key_shared_look_ahead_msg_in_replay_threshold_per_consumer * consumers,
+                s.key_shared_look_ahead_msg_in_replay_threshold_per_subscription,
+            )
+            if t > 0
+        ]
+        if terms:
+            return min(terms)
+        unacked = [
+            t
+            for t in (
+                s.max_unacked_messages_per_subscription,
+                consumers * s.max_unacked_messages_per_consumer,
+            )
+            if t > 0
+        ]
+        return min(unacked) if unacked else 2**31 - 1
+
+    def select_replay(
+        self, replay: ReplaySet, budgets: dict[Consumer, int], count: int
+    ) -> list[int]:
+        """The replay entries worth reading now, in order: skip any whose consumer cannot take
+        it (no owner, no budget, the hash draining elsewhere); the hash then stays blocked for
+        the rest of the pass."""
+        chosen: list[int] = []
+        blocked: set[int] = set()
+        select = self.selector.select
+        for entry_id in replay:
+            key_hash = replay.key_hash(entry_id)
+            if not key_hash or not self.ordered:
+                chosen.append(entry_id)
+            elif key_hash not in blocked:
+                consumer = select(key_hash)
+                if (
+                    consumer is None
+                    or budgets.get(consumer, 0) <= 0
+                    or self.draining.should_block(consumer, key_hash)
+                ):
+                    blocked.add(key_hash)
+                else:
+                    chosen.append(entry_id)
+                    budgets[consumer] -= 1
+            if len(chosen) >= count:
+                break
+        return chosen
+
+    # Handing entries out.
+
+    def assign(
+        self,
+        entries: Sequence[Entry],
+        budgets: dict[Consumer, int],
+        replay: ReplaySet,
+        *,
+        from_replay: bool,
+    ) -> tuple[dict[Consumer, list[Entry]], list[tuple[Entry, int]]]:
+        """Split a read into per-consumer batches (in entry order) and entries held back.
+
+        ``budgets`` holds each available consumer's effective permits, in messages.
+        """
+        batches: dict[Consumer, list[Entry]] = {}
+        held: list[tuple[Entry, int]] = []
+        blocked: set[int] = set()
+        key_hash = self.key_hash
+        hashes = [key_hash(entry) for entry in entries]
+        owners = self.selector.select_batch(hashes)
+        ordered = self.ordered
+        for entry, h, consumer in zip(entries, hashes, owners, strict=True):
+            if h in blocked:
+                held.append((entry, h))
+                continue
+            if consumer is None or (budget := budgets.get(consumer, 0)) <= 0:
+                blocked.add(h)
+                held.append((entry, h))
+                continue
+            if ordered and (
+                (not from_replay and replay.has_hash(h)) or self.draining.should_block(consumer, h)
+            ):
+                blocked.add(h)
+                held.append((entry, h))
+                continue
+            batches.setdefault(consumer, []).append(entry)
+            budgets[consumer] = budget - entry.num_messages
+        return batches, held
+
+    # Observability.
+
+    def consumer_stats(self, consumer: Consumer) -> dict[str, Any]:
+        ranges = self.selector.snapshot.ranges().get(consumer, [])
+        stats: dict[str, Any] = {"keyHashRanges": [f"[{r.start}, {r.end}]" for r in ranges]}
+        stats.update(self.draining.stats_for(consumer))
+        return stats
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "keySharedMode": "STICKY" if self.meta.mode == STICKY else "AUTO_SPLIT",
+            "allowOutOfOrderDelivery": self.meta.allow_out_of_order,
+            "drainingHashesCount": len(self.draining),
+        }

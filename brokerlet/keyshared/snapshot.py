@@ -1,0 +1,253 @@
+"""Immutable hash-range assignments that Key_Shared selection reads without locks.
+
+A `Snapshot` describes which consumer owns every slot of a selector's range as two
+parallel tuples: sorted, strictly increasing range ends and the owner of each range.
+Range ``i`` covers ``(ends[i - 1], ends[i]]``; the first range starts at `start` and
+the last end is the top of the selector's range, so every slot in it has an entry.
+Selecting is one `bisect_left` and one tuple index.
+
+Selectors publish a new snapshot by a single attribute assignment after each
+membership change, so a reader that loads ``selector.snapshot`` once sees either the
+whole old assignment or the whole new one, on gevent and on real threads alike.
+
+Consumers are compared by identity throughout. Results keyed by consumer are plain
+dicts, so consumer objects should hash by identity too (brokerlet's `Consumer` is an
+``eq=False`` dataclass, which does).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeAlias, TypeVar
+
+__all__ = [
+    "C",
+    "HashRange",
+    "ImpactedRanges",
+    "Named",
+    "RangeChanges",
+    "Snapshot",
+    "diff_snapshots",
+]
+
+
+class Named(Protocol):
+    """What a selector needs of a consumer: its name (several may share one)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+C = TypeVar("C", bound=Named)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class HashRange:
+    """An inclusive range of hash slots, ``start..end``.
+
+    Attributes:
+        start: the first slot in the range.
+        end: the last slot in the range (inclusive, as in Pulsar's `Range`).
+    """
+
+    start: int
+    end: int
+
+    def __len__(self) -> int:
+        return self.end - self.start + 1
+
+    def __contains__(self, slot: object) -> bool:
+        return isinstance(slot, int) and self.start <= slot <= self.end
+
+
+@dataclass(frozen=True, slots=True)
+class RangeChanges:
+    """How one consumer's assignment changed between two snapshots.
+
+    Attributes:
+        removed: ranges the consumer owned before and no longer owns, merged and
+            sorted. The dispatcher marks this consumer's pending acks in them as
+            draining.
+        added: ranges the consumer owns now and did not before. A hash the
+            consumer is still draining may come back this way (Pulsar #24736).
+    """
+
+    removed: tuple[HashRange, ...] = ()
+    added: tuple[HashRange, ...] = ()
+
+
+ImpactedRanges: TypeAlias = dict[C, RangeChanges]
+"""The consumers whose ranges a membership change touched, with what changed."""
+
+
+class Snapshot(Generic[C]):
+    """An immutable assignment of every slot in ``[start, ends[-1]]`` to an owner.
+
+    Args:
+        start: the lowest slot of the selector's range.
+        ends: the sorted, strictly increasing inclusive end of each range; the last
+            one is the top of the selector's range.
+        owners: the owner of each range, ``None`` where nobody owns it (gaps
+            between STICKY ranges, or an empty selector).
+
+    Raises:
+        ValueError: the tuples differ in length, are empty, or the ends are not
+            strictly increasing from `start`.
+    """
+
+    __slots__ = ("ends", "owners", "start")
+
+    start: int
+    ends: tuple[int, ...]
+    owners: tuple[C | None, ...]
+
+    def __init__(self, start: int, ends: Sequence[int], owners: Sequence[C | None]) -> None:
+        ends = tuple(ends)
+        owners = tuple(owners)
+        if not ends or len(ends) != len(owners):
+            raise ValueError("a snapshot needs one owner per range end, and at least one range")
+        previous = start - 1
+        for end in ends:
+            if end <= previous:
+                raise ValueError(f"range ends must increase from {start}: {ends[:8]}...")
+            previous = end
+        object.__setattr__(self, "start", start)
+        object.__setattr__(self, "ends", ends)
+        object.__setattr__(self, "owners", owners)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Snapshot is immutable")
+
+    @classmethod
+    def empty(cls, start: int, last: int) -> Snapshot[C]:
+        """A snapshot in which nobody owns any slot of ``[start, last]``."""
+        return cls(start, (last,), (None,))
+
+    @classmethod
+    def from_ranges(
+        cls, start: int, last: int, assigned: Sequence[tuple[HashRange, C]]
+    ) -> Snapshot[C]:
+        """Build a snapshot from sorted, non-overlapping owned ranges.
+
+        Gaps become unowned ranges and neighbouring ranges of one consumer merge,
+        so the result has as few ends as the assignment allows.
+
+        Args:
+            start: the lowest slot of the selector's range.
+            last: the highest slot of the selector's range.
+            assigned: ``(range, owner)`` pairs sorted by start, within
+                ``[start, last]``, not overlapping.
+        """
+        ends: list[int] = []
+        owners: list[C | None] = []
+        covered = start - 1
+        for hash_range, owner in assigned:
+            if hash_range.start > covered + 1:
+                _append_merged(ends, owners, hash_range.start - 1, None)
+            _append_merged(ends, owners, hash_range.end, owner)
+            covered = hash_range.end
+        if covered < last:
+            _append_merged(ends, owners, last, None)
+        return cls(start, ends, owners)
+
+    @property
+    def last(self) -> int:
+        """The highest slot this snapshot covers."""
+        return self.ends[-1]
+
+    def select(self, slot: int) -> C | None:
+        """The owner of `slot`, which must lie in ``[start, last]``."""
+        return self.owners[bisect_left(self.ends, slot)]
+
+    def select_many(self, slots: Sequence[int]) -> list[C | None]:
+        """The owner of each slot, all read from this one snapshot."""
+        ends = self.ends
+        owners = self.owners
+        return [owners[bisect_left(ends, slot)] for slot in slots]
+
+    def items(self) -> Iterator[tuple[HashRange, C | None]]:
+        """Every range in slot order with its owner, unowned ranges included."""
+        low = self.start
+        for end, owner in zip(self.ends, self.owners, strict=True):
+            yield HashRange(low, end), owner
+            low = end + 1
+
+    def ranges(self) -> dict[C, list[HashRange]]:
+        """The merged ranges each consumer owns, in slot order.
+
+        Returns:
+            A new dict keyed by consumer (in order of first range), so callers may
+            change it freely.
+        """
+        by_owner: dict[C, list[HashRange]] = {}
+        for hash_range, owner in self.items():
+            if owner is not None:
+                by_owner.setdefault(owner, []).append(hash_range)
+        return by_owner
+
+    def __repr__(self) -> str:
+        return f"Snapshot(start={self.start}, ranges={len(self.ends)}, last={self.last})"
+
+
+def _append_merged(ends: list[int], owners: list[C | None], end: int, owner: C | None) -> None:
+    """Append a range, extending the previous one instead when it has the same owner."""
+    if owners and owners[-1] is owner:
+        ends[-1] = end
+    else:
+        ends.append(end)
+        owners.append(owner)
+
+
+def diff_snapshots(before: Snapshot[C], after: Snapshot[C]) -> ImpactedRanges[C]:
+    """The ranges each consumer lost and gained between two snapshots.
+
+    Walks both snapshots' range ends together, so the cost is linear in their
+    sizes. Both must cover the same slot range.
+
+    Args:
+        before: the assignment before a membership change.
+        after: the assignment after it.
+
+    Returns:
+        Only the consumers whose ranges changed, each with merged, sorted ranges.
+
+    Raises:
+        ValueError: the snapshots cover different slot ranges.
+    """
+    if before.start != after.start or before.last != after.last:
+        raise ValueError("snapshots of different slot ranges cannot be compared")
+    removed: dict[C, list[HashRange]] = {}
+    added: dict[C, list[HashRange]] = {}
+    b_ends, b_owners = before.ends, before.owners
+    a_ends, a_owners = after.ends, after.owners
+    i = j = 0
+    low = before.start
+    while i < len(b_ends):
+        end = min(b_ends[i], a_ends[j])
+        old, new = b_owners[i], a_owners[j]
+        if old is not new:
+            if old is not None:
+                _extend_ranges(removed.setdefault(old, []), low, end)
+            if new is not None:
+                _extend_ranges(added.setdefault(new, []), low, end)
+        if b_ends[i] == end:
+            i += 1
+        if a_ends[j] == end:
+            j += 1
+        low = end + 1
+    return {
+        consumer: RangeChanges(
+            removed=tuple(removed.get(consumer, ())), added=tuple(added.get(consumer, ()))
+        )
+        for consumer in {**removed, **added}
+    }
+
+
+def _extend_ranges(ranges: list[HashRange], low: int, end: int) -> None:
+    """Append ``low..end``, merging it into the last range when they touch."""
+    if ranges and ranges[-1].end + 1 == low:
+        ranges[-1] = HashRange(ranges[-1].start, end)
+    else:
+        ranges.append(HashRange(low, end))
