@@ -200,7 +200,7 @@ class Dispatcher:
         self._backoff_ms = 0.0
         self._retry: Cancellable | None = None
         self._unblock_timer: Cancellable | None = None
-        self._min_replayed = -1  # lowest entry of the replay read in flight (order guard)
+        self._min_replayed = -1  # the replay set's head when the replay read was issued
         self._gate: ConflatedTell | None = None
         self._handlers: dict[type, Callable[[Any], Any]] = {
             ReadMore: self._read_more,
@@ -373,8 +373,14 @@ class Dispatcher:
     def _read_more(self, _message: object) -> None:
         self.gate.taken()
         self.read_passes += 1
-        if self.pending_read is not None or not self.consumers:
+        if not self.consumers:
             return
+        if self.pending_read is not None:
+            if not (self.pending_read == "normal" and self._replay_ready()):
+                return
+            # Key_Shared looked ahead past held-back entries; now one of them can go out,
+            # so the read waiting for new entries must not hold it (pain point 12).
+            self._cancel_pending_read()
         first = self._first_available()
         if first is None:
             return  # a FLOW, a writable event, an ack or a completion will wake us
@@ -413,7 +419,7 @@ class Dispatcher:
             ids = rules.select_replay(self.replay, dict(budgets), batch)
             ids = [i for i in ids if not self.cursor.is_acked(i)]
             if ids:
-                self._min_replayed = ids[0]
+                self._min_replayed = self.replay.first()
                 self._issue_read(
                     "replay", ReadIds(self.name, self._read_id + 1, ids, self.actor_ref)
                 )
@@ -432,6 +438,13 @@ class Dispatcher:
                 self.name, self._read_id + 1, self.read_position, count, max_bytes, self.actor_ref
             ),
         )
+
+    def _replay_ready(self) -> bool:
+        """Key_Shared: some entry of the replay set can go out now."""
+        rules = self.key_shared
+        if rules is None or not self.replay:
+            return False
+        return bool(rules.select_replay(self.replay, self._budgets(), 1))
 
     def _budgets(self) -> dict[Consumer, int]:
         """Effective permits, in messages, of every consumer that can take entries now."""
