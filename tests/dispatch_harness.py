@@ -28,17 +28,26 @@ from brokerlet.actors.dispatcher import (
     SendMessages,
     SubscriptionClosed,
 )
+from brokerlet.actors.keyshared import KeySharedMeta
 from brokerlet.config import Settings, load_settings
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.ledger import Entry
 from brokerlet.transport.channel import ChannelStatistics
-from brokerlet.transport.protocol import pb
+from brokerlet.transport.protocol import build_entry, pb
 
 LEDGER = 7
 
 
 def make_entry(entry_id: int, num_messages: int = 1, size: int = 16) -> Entry:
     return Entry(LEDGER, entry_id, b"x" * size, 0, num_messages)
+
+
+def make_keyed_entry(entry_id: int, key: str) -> Entry:
+    """An entry with real metadata, so Key_Shared can hash its partition key."""
+    metadata = pb.MessageMetadata(
+        producer_name="harness", sequence_id=entry_id, publish_time=0, partition_key=key
+    )
+    return Entry(LEDGER, entry_id, build_entry(metadata, b"x"), 0, 1)
 
 
 class FakeChannel:
@@ -230,7 +239,11 @@ class Harness:
         self._ids = 0
 
     def consumer(
-        self, name: str, permits: int = 0, handle: ConnectionHandle | None = None
+        self,
+        name: str,
+        permits: int = 0,
+        handle: ConnectionHandle | None = None,
+        key_shared: KeySharedMeta | None = None,
     ) -> Consumer:
         """A consumer added to the subscription, with ``permits`` from a first FLOW."""
         if handle is None:
@@ -244,6 +257,8 @@ class Harness:
             sub_type=self.sub_type,
             priority=0,
             connection=handle,
+            key_shared=key_shared
+            or (KeySharedMeta() if self.sub_type == pb.CommandSubscribe.Key_Shared else None),
         )
         self.dispatcher.ask(AddConsumer(consumer))
         handle.consumers = (*handle.consumers, consumer)
@@ -261,6 +276,10 @@ class Harness:
     def append(self, count: int, num_messages: int = 1) -> None:
         start = len(self.topic.proxy().entries.get())
         self.topic.tell(Append([make_entry(start + i, num_messages) for i in range(count)]))
+
+    def append_keyed(self, keys: list[str]) -> None:
+        start = len(self.topic.proxy().entries.get())
+        self.topic.tell(Append([make_keyed_entry(start + i, key) for i, key in enumerate(keys)]))
 
     def settle(self, rounds: int = 20) -> None:
         """Let messages bounce between the actors until a round changes nothing."""

@@ -121,6 +121,10 @@ class GetStats:
     pass
 
 
+class BatchWritten:
+    """A consumer batch's write completed (only sent with COMPLETION_BARRIER)."""
+
+
 class HashesUnblocked:
     """Key_Shared: draining hashes were released; the unblocking interval has passed."""
 
@@ -200,6 +204,7 @@ class Dispatcher:
         self._backoff_ms = 0.0
         self._retry: Cancellable | None = None
         self._unblock_timer: Cancellable | None = None
+        self._writes_in_flight = 0  # only counted with COMPLETION_BARRIER
         self._min_replayed = -1  # the replay set's head when the replay read was issued
         self._gate: ConflatedTell | None = None
         self._handlers: dict[type, Callable[[Any], Any]] = {
@@ -211,6 +216,7 @@ class Dispatcher:
             RemoveConsumer: self._remove_consumer,
             Seek: self._seek,
             HashesUnblocked: self._hashes_unblocked,
+            BatchWritten: self._batch_written,
             GetStats: lambda _: self.stats(),
         }
 
@@ -373,7 +379,7 @@ class Dispatcher:
     def _read_more(self, _message: object) -> None:
         self.gate.taken()
         self.read_passes += 1
-        if not self.consumers:
+        if not self.consumers or (COMPLETION_BARRIER and self._writes_in_flight):
             return
         if self.pending_read is not None:
             if not (self.pending_read == "normal" and self._replay_ready()):
@@ -620,9 +626,12 @@ class Dispatcher:
         self.bytes_out += size
         for limiter in self.rate_limiters:
             limiter.charge(messages, size)
-        consumer.connection.event_loop.tell(
-            SendMessages(consumer, batch, redelivery, self.gate.request)
-        )
+        on_complete: Callable[[], object] = self.gate.request
+        if COMPLETION_BARRIER:
+            self._writes_in_flight += 1
+            tell = self.actor_ref.tell
+            on_complete = lambda: tell(BatchWritten())  # noqa: E731
+        consumer.connection.event_loop.tell(SendMessages(consumer, batch, redelivery, on_complete))
 
     # Acknowledgements and redelivery.
 
@@ -680,6 +689,11 @@ class Dispatcher:
             self.replay.add(entry_id, key_shared.released(consumer, entry_id) if key_shared else 0)
             counts[entry_id] = counts.get(entry_id, 0) + 1
         self._wake_for_replay()
+
+    def _batch_written(self, _message: object) -> None:
+        self._writes_in_flight -= 1
+        if not self._writes_in_flight:
+            self.gate.request()
 
     def _schedule_unblock(self) -> None:
         """A draining hash that blocked someone was released: read again soon (merged)."""
@@ -763,6 +777,10 @@ class Dispatcher:
     def __str__(self) -> str:
         return f"{self.topic_name} / {self.name}"
 
+
+COMPLETION_BARRIER = False
+"""Wait for every consumer batch's write to complete before the next read, as Key_Shared did
+before Pulsar #26635. Only tests turn this on, to show a slow socket stalling everyone."""
 
 WRITABILITY_GATING = True
 """Skip consumers whose connection is over its high watermark. Only tests and the backpressure

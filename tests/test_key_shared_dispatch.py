@@ -1,0 +1,305 @@
+"""Key_Shared dispatch rules, driven message by message and over real sockets."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from brokerlet import Broker
+from brokerlet.actors import dispatcher as dispatcher_module
+from brokerlet.actors._runtime import GeventActor
+from brokerlet.actors.consumer import Consumer
+from brokerlet.actors.dispatcher import Ack
+from brokerlet.actors.keyshared import KeySharedMeta, entry_key_hash
+from brokerlet.config import load_settings
+from brokerlet.keyshared import sticky_key_hash
+from brokerlet.transport.protocol import build_entry, encode_send, pb
+from tests.dispatch_harness import LEDGER, Harness, make_keyed_entry
+from tests.rawclient import RawClient
+
+KEY_SHARED = pb.CommandSubscribe.Key_Shared
+
+
+def keys_by_owner(
+    h: Harness, consumers: list[Consumer], keys: list[str] | None = None
+) -> dict[Any, list[str]]:
+    """Sort candidate keys by the consumer the subscription's selector gives them to."""
+    rules = h.proxy.key_shared.get()
+    owned: dict[Any, list[str]] = {c.name: [] for c in consumers}
+    for key in keys or [f"key-{i}" for i in range(200)]:
+        owner = rules.selector.select(entry_key_hash(make_keyed_entry(0, key)))
+        owned[owner.name].append(key)
+    return owned
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    h = Harness(GeventActor, sub_type=KEY_SHARED)
+    yield h
+    h.stop()
+
+
+@pytest.mark.parametrize("barrier", [False, True], ids=["no barrier", "all-writes barrier"])
+def test_one_completed_write_requests_the_next_read_without_waiting_for_the_other(
+    harness: Harness, barrier: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dispatcher_module, "COMPLETION_BARRIER", barrier)
+    harness.loop.proxy().auto_complete = False
+    a = harness.consumer("a", 100)
+    b = harness.consumer("b", 100)
+    owned = keys_by_owner(harness, [a, b])
+    harness.append_keyed(owned["a"][:3] + owned["b"][:3])
+    harness.settle()
+    first = {batch.consumer.name: batch for batch in harness.loop.proxy().batches.get()}
+    assert set(first) == {"a", "b"}  # both writes in flight, neither completed
+
+    first["b"].on_complete()  # b's write completes; a's never does
+    harness.append_keyed(owned["b"][3:6])
+    harness.settle()
+    later = harness.sent_to(b)[3:]
+    if barrier:
+        assert later == [], "the barrier holds b back until a's write completes"
+        first["a"].on_complete()
+        harness.settle()
+        assert len(harness.sent_to(b)) == 6
+    else:
+        assert later == [6, 7, 8]
+
+
+@pytest.mark.parametrize("out_of_order", [False, True], ids=["ordered", "out of order"])
+def test_a_moved_hash_waits_for_the_old_owner_to_ack(out_of_order: bool) -> None:
+    settings = load_settings(env={}, overrides={"key_shared_unblocking_interval_ms": 0})
+    h = Harness(GeventActor, sub_type=KEY_SHARED, settings=settings)
+    meta = KeySharedMeta(allow_out_of_order=out_of_order)
+    try:
+        first = h.consumer("first", 100, key_shared=meta)
+        keys = [f"k{i}" for i in range(40)]
+        h.append_keyed(keys)
+        h.settle()
+        assert h.sent_to(first) == list(range(40))
+        second = h.consumer("second", 100, key_shared=meta)  # takes ranges from "first"
+        moved = keys_by_owner(h, [first, second], keys)["second"]
+        assert moved
+        h.append_keyed(moved)  # hashes that "first" still holds unacked entries of
+        h.settle()
+        if out_of_order:
+            assert len(h.sent_to(second)) == len(moved)
+            return
+        assert h.sent_to(second) == [], "blocked while the old owner holds them"
+        stats = h.proxy.stats().get()
+        (first_stats,) = [c for c in stats["consumers"] if c["consumerName"] == "first"]
+        assert first_stats["drainingHashesCount"] == len(moved)
+        h.dispatcher.tell(Ack(first, [(LEDGER, i) for i in range(40)], cumulative=False))
+        h.settle()
+        assert h.sent_to(second) == list(range(40, 40 + len(moved)))
+    finally:
+        h.stop()
+
+
+class KeySharedChurn(RuleBasedStateMachine):
+    """Random joins, leaves, publishes, acks and flows: keys stay exclusive and in order,
+    and once every pending entry is acked nothing stays blocked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = Harness(
+            GeventActor,
+            sub_type=KEY_SHARED,
+            settings=load_settings(
+                env={},
+                overrides={
+                    "dispatcher_max_read_batch_size": 7,
+                    "key_shared_unblocking_interval_ms": 0,
+                    "subscription_key_shared_consistent_hashing_replica_points": 5,
+                },
+            ),
+        )
+        self.live: list[Consumer] = []
+        self.names = itertools.count()
+        self.keys = [f"key{i}" for i in range(12)]
+        self.published = 0
+
+    def teardown(self) -> None:
+        self.h.stop()
+
+    @rule(permits=st.integers(1, 15))
+    def join(self, permits: int) -> None:
+        if len(self.live) < 4:
+            self.live.append(self.h.consumer(f"c{next(self.names)}", permits))
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 3))
+    def leave(self, index: int) -> None:
+        self.h.remove(self.live.pop(index % len(self.live)))
+
+    @rule(keys=st.lists(st.integers(0, 11), min_size=1, max_size=8))
+    def publish(self, keys: list[int]) -> None:
+        self.h.append_keyed([self.keys[k] for k in keys])
+        self.published += len(keys)
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 3), share=st.floats(0, 1))
+    def ack(self, index: int, share: float) -> None:
+        consumer = self.live[index % len(self.live)]
+        mine = sorted(e for e, c in self.h.proxy.pending_owner.get().items() if c is consumer)
+        chosen = mine[: round(len(mine) * share)]
+        if chosen:
+            self.h.dispatcher.tell(Ack(consumer, [(LEDGER, e) for e in chosen], cumulative=False))
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 3), permits=st.integers(1, 10))
+    def flow(self, index: int, permits: int) -> None:
+        self.live[index % len(self.live)].flow(permits)
+
+    @rule()
+    def drain(self) -> None:
+        """Ack everything and give permits: every published entry must then go out."""
+        if not self.live:
+            self.join(10)
+        for _ in range(self.published + 5):
+            owners = self.h.proxy.pending_owner.get()
+            by_consumer: dict[Any, list[int]] = defaultdict(list)
+            for entry_id, consumer in owners.items():
+                by_consumer[consumer].append(entry_id)
+            for consumer, ids in by_consumer.items():
+                self.h.dispatcher.tell(Ack(consumer, [(LEDGER, e) for e in ids], cumulative=False))
+            for consumer in self.live:
+                consumer.flow(max(0, 5 - consumer.permits))
+            self.h.settle()
+            done = not owners and self.h.proxy.cursor.get().mark_delete == self.published - 1
+            if done:
+                return
+        raise AssertionError("entries still blocked after every pending entry was acked")
+
+    @invariant()
+    def keys_exclusive_and_in_order(self) -> None:
+        h = self.h
+        h.settle()
+        owners = h.proxy.pending_owner.get()
+        rules = h.proxy.key_shared.get()
+        if rules is None:
+            return
+        holders: dict[int, set[int]] = defaultdict(set)
+        for entry_id, consumer in owners.items():
+            holders[rules.pending_hashes.get(entry_id, 0)].add(id(consumer))
+        assert all(len(c) == 1 for h_, c in holders.items() if h_), "a key at two consumers"
+        assert h.total == sum(c.permits for c in self.live)
+
+
+KeySharedChurn.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=25,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestKeySharedChurn = KeySharedChurn.TestCase
+
+
+# Sockets: one consumer's socket paused; the other keeps receiving its keys.
+
+HEALTHY = 1024
+SLOW = 4096
+
+
+def keys_in(low: int, high: int, count: int) -> list[bytes]:
+    found = []
+    for i in itertools.count():
+        key = f"key-{i}".encode()
+        if low <= sticky_key_hash(key) % 65536 <= high:
+            found.append(key)
+            if len(found) == count:
+                return found
+    raise AssertionError("unreachable")
+
+
+def subscribe_sticky(client: RawClient, topic: str, low: int, high: int) -> None:
+    meta = pb.KeySharedMeta(key_shared_mode=pb.STICKY)
+    meta.hash_ranges.add(start=low, end=high)
+    client.send_command(
+        pb.BaseCommand(
+            type=pb.BaseCommand.SUBSCRIBE,
+            subscribe=pb.CommandSubscribe(
+                topic=topic,
+                subscription="ks",
+                sub_type=KEY_SHARED,
+                consumer_id=1,
+                request_id=1,
+                initial_position=pb.CommandSubscribe.Earliest,
+                key_shared_meta=meta,
+            ),
+        )
+    )
+    client.expect(pb.BaseCommand.SUCCESS)
+
+
+def send_keyed(producer: RawClient, sequence_id: int, key: bytes, size: int) -> bytes:
+    metadata = pb.MessageMetadata(
+        producer_name="p", sequence_id=sequence_id, publish_time=0, partition_key=key.decode()
+    )
+    header, body = encode_send(1, sequence_id, 1, build_entry(metadata, b"v" * size))
+    return header + body
+
+
+@pytest.mark.parametrize(
+    "barrier",
+    [
+        False,
+        pytest.param(
+            True,
+            marks=pytest.mark.xfail(
+                strict=True, reason="an all-writes barrier lets the paused socket stall everyone"
+            ),
+        ),
+    ],
+    ids=["no barrier", "all-writes barrier"],
+)
+def test_a_paused_consumer_does_not_stall_the_healthy_one(
+    barrier: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dispatcher_module, "COMPLETION_BARRIER", barrier)
+    topic = "persistent://public/default/ks-paused"
+    healthy_keys = keys_in(0, 32767, 8)
+    slow_keys = keys_in(32768, 65535, 8)
+    with (
+        Broker(
+            port=0,
+            so_sndbuf=16384,
+            key_shared_look_ahead_msg_in_replay_threshold_per_consumer=10000,
+        ) as broker,
+        RawClient(broker.address, timeout=10) as producer,
+        RawClient(broker.address, timeout=10) as healthy,
+        RawClient(broker.address, timeout=10, rcvbuf=16384) as slow,
+    ):
+        for client in (producer, healthy, slow):
+            client.handshake()
+        subscribe_sticky(healthy, topic, 0, 32767)
+        subscribe_sticky(slow, topic, 32768, 65535)
+        healthy.flow(1, HEALTHY)
+        slow.flow(1, SLOW)  # then the slow socket is never read until resumed
+        producer.create_producer(topic, 1)
+        sequence = itertools.count()
+        for n in range(HEALTHY):  # the healthy key range is spread through the slow stream
+            for k in range(4):
+                producer.send_raw(send_keyed(producer, next(sequence), slow_keys[k], 8192))
+            producer.send_raw(send_keyed(producer, next(sequence), healthy_keys[n % 8], 128))
+        for _ in range(HEALTHY + SLOW):
+            producer.expect(pb.BaseCommand.SEND_RECEIPT)
+
+        got = healthy.receive(1, HEALTHY, timeout=10)
+        assert [m.sequence_id % 5 for m in got] == [4] * HEALTHY
+        assert [m.sequence_id for m in got] == sorted(m.sequence_id for m in got)
+        stats = broker.topic_stats(topic)
+        assert stats is not None
+        paused = [c for c in stats["subscriptions"]["ks"]["consumers"] if not c["writable"]]
+        assert len(paused) == 1, "the slow socket really was full"
+
+        rest = slow.receive(1, SLOW, timeout=30)  # resume: everything, in order
+        assert [m.sequence_id for m in rest] == [n for n in range(HEALTHY * 5) if n % 5 != 4]
