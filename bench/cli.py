@@ -12,6 +12,7 @@ from bench.broker_process import REPO_ROOT, broker_command
 from bench.memory import raise_file_limit
 from bench.report import Row, print_header, print_table, system_info, write_json
 from bench.sections import FULL, QUICK, SectionResult, run_memory, run_startup, run_throughput
+from bench.throughput import DEFAULT_PRODUCERS
 
 __all__ = ["main"]
 
@@ -34,11 +35,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("note: --profile profiles the throughput section, which is not selected")
 
     raise_file_limit()  # before any broker is spawned: children inherit it
-    info = system_info(command, broker_command(0))
+    clients = None
+    if "throughput" in chosen:
+        clients = _clients_line(args.producers, plan.compare_single_producer)
+    info = system_info(command, broker_command(0), clients)
     print_header(info)
 
     runners: dict[str, Callable[[], SectionResult]] = {
-        "throughput": lambda: run_throughput(plan, profile_path),
+        "throughput": lambda: run_throughput(plan, profile_path, args.producers),
         "startup": lambda: run_startup(plan),
         "memory": lambda: run_memory(plan),
     }
@@ -70,6 +74,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def _clients_line(producers: int, compare: bool) -> str:
+    """What drives the throughput runs, for the header."""
+    line = (f"{producers} producer process{'es' if producers != 1 else ''} + 1 consumer "
+            f"process ({producers + 1} processes of pulsar-client, spawned per run; this one "
+            "only coordinates)")
+    if compare and producers != 1:
+        line += "; each timed run is paired with a 1-producer run for comparison"
+    return line
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def _row_dict(row: Row) -> dict[str, str]:
     return {
         "figure": row.figure.strip(),
@@ -90,6 +111,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="small runs (a smoke test of the bench, figures indicative only)")
     parser.add_argument("--only", action="append", choices=SECTIONS, metavar="SECTION",
                         help=f"run only this section ({', '.join(SECTIONS)}); repeatable")
+    parser.add_argument("--producers", type=_positive, default=DEFAULT_PRODUCERS, metavar="N",
+                        help="producer processes per throughput run, each sending its share "
+                        f"(default: {DEFAULT_PRODUCERS}); one consumer process runs besides")
     parser.add_argument("--profile", action="store_true",
                         help="add an unbatched run against a broker under cProfile and print "
                         "its top functions")

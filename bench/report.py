@@ -115,12 +115,15 @@ def format_bytes(count: float) -> str:
     return f"{count:.0f} B"
 
 
-def system_info(command: Sequence[str], broker_command: Sequence[str]) -> dict[str, Any]:
+def system_info(
+    command: Sequence[str], broker_command: Sequence[str], clients: str | None = None
+) -> dict[str, Any]:
     """Everything the header reports, as plain data.
 
     Args:
         command: The bench's own command line.
         broker_command: The command line that starts a broker.
+        clients: What drives the throughput runs (processes and roles); None if none run.
     """
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     return {
@@ -135,6 +138,7 @@ def system_info(command: Sequence[str], broker_command: Sequence[str]) -> dict[s
         "versions": {name: _version(name) for name in _PACKAGES},
         "git": _git_revision(),
         "broker_command": shlex.join(broker_command),
+        "clients": clients,
         "nofile_limit": [soft, hard],
     }
 
@@ -153,11 +157,13 @@ def print_header(info: dict[str, Any]) -> None:
         ("versions", versions),
         ("git", info["git"]),
         ("broker", info["broker_command"]),
+        ("clients", info.get("clients")),
         ("open files", "soft {} / hard {}".format(*info["nofile_limit"])),
     ]
     print("brokerlet benchmark")
     for label, value in lines:
-        print(f"  {label:<10} {value}")
+        if value is not None:
+            print(f"  {label:<10} {value}")
     print(flush=True)
 
 

@@ -36,6 +36,8 @@ class Plan:
         warmup: Messages in the untimed warm-up run, by mode.
         startup_repeats: Starts timed per kind of start.
         connections: Idle connections for the memory figure.
+        compare_single_producer: Whether each timed throughput run is paired with one from
+            a single producer process.
     """
 
     repeats: int
@@ -43,14 +45,16 @@ class Plan:
     warmup: dict[str, int]
     startup_repeats: int
     connections: int
+    compare_single_producer: bool
 
 
 FULL = Plan(
     repeats=3,
-    messages={"batched": 200_000, "unbatched": 50_000},
-    warmup={"batched": 20_000, "unbatched": 5_000},
+    messages={"batched": 400_000, "unbatched": 100_000},
+    warmup={"batched": 40_000, "unbatched": 10_000},
     startup_repeats=5,
     connections=1000,
+    compare_single_producer=True,
 )
 QUICK = Plan(
     repeats=3,
@@ -58,6 +62,7 @@ QUICK = Plan(
     warmup={"batched": 5_000, "unbatched": 1_000},
     startup_repeats=3,
     connections=1000,
+    compare_single_producer=False,
 )
 
 
@@ -78,30 +83,52 @@ def _run_timeout(messages: int) -> float:
 # Throughput.
 
 
-def run_throughput(plan: Plan, profile_path: Path | None) -> SectionResult:
-    """Batched and unbatched runs, each mode on a broker of its own; optionally a profiled one."""
+def run_throughput(plan: Plan, profile_path: Path | None, producers: int) -> SectionResult:
+    """Batched and unbatched runs, each mode on a broker of its own; optionally a profiled one.
+
+    Every run drives the broker from ``producers`` producer processes and one consumer process.
+    Unless the plan says otherwise, each timed run is followed by one with a single producer
+    process on the same broker, so the two figures share conditions and their ratio is fair.
+    """
     section = SectionResult()
+    compare = plan.compare_single_producer and producers != 1
     for name, mode in MODES.items():
         messages = plan.messages[name]
+        timeout = _run_timeout(messages)
         runs: list[RunResult] = []
+        single_runs: list[RunResult] = []
         with BrokerProcess() as broker:
             url = broker.start().service_url
             process = psutil.Process(broker.pid)
-            print(f"throughput, {name}: warm-up of {plan.warmup[name]:,} messages", flush=True)
-            warm = run_once(url, mode, plan.warmup[name], _run_timeout(plan.warmup[name]), process)
+            print(f"throughput, {name}: {_producer_processes(producers)} + 1 consumer "
+                  f"process; warm-up of {plan.warmup[name]:,} messages", flush=True)
+            warm = run_once(url, mode, plan.warmup[name], _run_timeout(plan.warmup[name]),
+                            process, producers)
             if warm.error is not None:
                 print(f"  warm-up failed: {warm.error}", flush=True)
             for index in range(plan.repeats):
-                result = run_once(url, mode, messages, _run_timeout(messages), process)
-                print(f"  run {index + 1}/{plan.repeats}, {messages:,} messages: "
-                      f"{_describe(result)}", flush=True)
+                result = run_once(url, mode, messages, timeout, process, producers)
+                print(f"  run {index + 1}/{plan.repeats}, {messages:,} messages, "
+                      f"{_producer_processes(producers)}: {_describe(result)}", flush=True)
                 runs.append(result)
-        section.data[name] = _summarise_mode(runs)
+                if compare:
+                    single = run_once(url, mode, messages, timeout, process, 1)
+                    print(f"  run {index + 1}/{plan.repeats}, {messages:,} messages, "
+                          f"{_producer_processes(1)}: {_describe(single)}", flush=True)
+                    single_runs.append(single)
+        load = os.getloadavg()[0]
+        print(f"  load average (1 min) after the {name} runs: {load:.2f}", flush=True)
+        section.data[name] = {"producers": producers, "load_average_after": load,
+                              **_summarise_mode(runs)}
         section.rows.extend(_mode_rows(name, runs))
         section.failed |= any(run.error is not None for run in runs)
+        if compare:
+            section.data[name]["single_producer"] = _summarise_mode(single_runs)
+            section.rows.append(_single_producer_row(name, runs, single_runs))
+            section.failed |= any(run.error is not None for run in single_runs)
 
     if profile_path is not None:
-        section.data["profile"] = _profile_unbatched(plan, profile_path)
+        section.data["profile"] = _profile_unbatched(plan, profile_path, producers)
     return section
 
 
@@ -110,65 +137,123 @@ def _describe(result: RunResult) -> str:
         f"produce {format_rate(result.produce_rate)}, "
         f"end-to-end {format_rate(result.end_to_end_rate)}, "
         f"latency p50 {result.latency_p50_ms:.1f} ms p99 {result.latency_p99_ms:.1f} ms, "
-        f"CPU broker {result.broker_cpu:.0%} bench {result.client_cpu:.0%}"
+        f"CPU broker {result.broker_cpu:.0%} busiest producer {result.producer_cpu:.0%} "
+        f"consumer {result.consumer_cpu:.0%} all clients {result.client_cpu:.0%} "
+        f"machine {result.machine_cpu:.0%}"
     )
     return text if result.error is None else f"{text}; FAILED: {result.error}"
 
 
+_FIGURES = (
+    "produce_rate",
+    "end_to_end_rate",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "broker_cpu",
+    "producer_cpu",
+    "consumer_cpu",
+    "client_cpu",
+    "machine_cpu",
+    "broker_cpu_per_message_us",
+    "producer_cpu_per_message_us",
+    "consumer_cpu_per_message_us",
+)
+
+
 def _summarise_mode(runs: list[RunResult]) -> dict[str, Any]:
     good = [run for run in runs if run.error is None]
-    return {
-        "runs": [dataclasses.asdict(run) for run in runs],
-        "produce_rate": Summary.of([run.produce_rate for run in good]).as_dict(),
-        "end_to_end_rate": Summary.of([run.end_to_end_rate for run in good]).as_dict(),
-        "latency_p50_ms": Summary.of([run.latency_p50_ms for run in good]).as_dict(),
-        "latency_p99_ms": Summary.of([run.latency_p99_ms for run in good]).as_dict(),
-        "broker_cpu": Summary.of([run.broker_cpu for run in good]).as_dict(),
-        "client_cpu": Summary.of([run.client_cpu for run in good]).as_dict(),
-        "broker_cpu_per_message_us": Summary.of(
-            [run.broker_cpu_per_message_us for run in good]
-        ).as_dict(),
-    }
+    summary: dict[str, Any] = {"runs": [dataclasses.asdict(run) for run in runs]}
+    for figure in _FIGURES:
+        summary[figure] = Summary.of([getattr(run, figure) for run in good]).as_dict()
+    return summary
+
+
+def _median(runs: list[RunResult], figure: str) -> float:
+    return Summary.of([getattr(run, figure) for run in runs]).median
 
 
 def _mode_rows(name: str, runs: list[RunResult]) -> list[Row]:
     good = [run for run in runs if run.error is None]
     failures = len(runs) - len(good)
     note = f" ({failures} of {len(runs)} runs failed)" if failures else ""
+    producers = runs[0].producers if runs else 0
     end_to_end = Summary.of([run.end_to_end_rate for run in good])
     produce = Summary.of([run.produce_rate for run in good])
     p50 = Summary.of([run.latency_p50_ms for run in good])
     p99 = Summary.of([run.latency_p99_ms for run in good])
-    broker_cpu = Summary.of([run.broker_cpu for run in good])
-    client_cpu = Summary.of([run.client_cpu for run in good])
-    per_message = Summary.of([run.broker_cpu_per_message_us for run in good])
+    broker_cpu = _median(good, "broker_cpu")
+    producer_cpu = _median(good, "producer_cpu")
+    consumer_cpu = _median(good, "consumer_cpu")
+    client_cpu = _median(good, "client_cpu")
+    machine_cpu = _median(good, "machine_cpu")
+    broker_us = _median(good, "broker_cpu_per_message_us")
+    producer_us = _median(good, "producer_cpu_per_message_us")
+    consumer_us = _median(good, "consumer_cpu_per_message_us")
     target = END_TO_END_TARGETS[name]
     status = "FAILED" if failures else judge(end_to_end.median, at_least=target)
+    bottleneck = _bottleneck(broker_cpu, producer_cpu, consumer_cpu, machine_cpu)
     return [
         Row(f"end-to-end, {name}", format_rate(end_to_end.median),
             _rate_range(end_to_end) + note, f">= {target:,.0f} msg/s", status),
-        Row(f"  produce, {name}", format_rate(produce.median), _rate_range(produce)),
+        Row(f"  produce, {name}, {_producer_processes(producers)}",
+            format_rate(produce.median), _rate_range(produce)),
         Row(f"  latency p50 / p99, {name}", f"{p50.median:.1f} / {p99.median:.1f} ms",
             f"p99 {p99.low:.1f}-{p99.high:.1f} ms"),
-        Row(f"  CPU broker / bench, {name}",
-            f"{broker_cpu.median:.0%} / {client_cpu.median:.0%}",
-            f"of one core: {_bottleneck(broker_cpu.median, client_cpu.median)}"),
-        Row(f"  broker CPU per message, {name}", f"{per_message.median:.1f} µs",
-            f"~ {_per_core(per_message.median)} if it had a core to itself"),
+        Row(f"  CPU broker / busiest producer / consumer, {name}",
+            f"{broker_cpu:.0%} / {producer_cpu:.0%} / {consumer_cpu:.0%}",
+            f"all clients {client_cpu:.0%}, machine {machine_cpu:.0%} of {_cores():.0%} "
+            f"(other work ~{_other_work(machine_cpu, broker_cpu, client_cpu):.0%}); "
+            f"{bottleneck}"),
+        Row(f"  CPU per message broker / clients, {name}",
+            f"{broker_us:.1f} / {producer_us + consumer_us:.1f} µs",
+            f"producers {producer_us:.1f} + consumer {consumer_us:.1f}; "
+            f"broker ~ {_per_core(broker_us)} a core"),
     ]
 
 
-def _bottleneck(broker_cpu: float, client_cpu: float) -> str:
-    """Which side ran out of CPU; the bench process is one GIL, so about one core at most."""
-    if math.isnan(broker_cpu):
+def _single_producer_row(name: str, runs: list[RunResult], single: list[RunResult]) -> Row:
+    """The side row: end to end with one producer process, next to the main figure."""
+    good = [run for run in single if run.error is None]
+    failures = len(single) - len(good)
+    end_to_end = Summary.of([run.end_to_end_rate for run in good])
+    several = _median([run for run in runs if run.error is None], "end_to_end_rate")
+    ratio = several / end_to_end.median if end_to_end.median > 0 else math.nan
+    note = f" ({failures} of {len(single)} runs failed)" if failures else ""
+    producers = runs[0].producers if runs else 0
+    return Row(f"  end-to-end, {name}, {_producer_processes(1)}",
+               format_rate(end_to_end.median),
+               f"{_rate_range(end_to_end)}; {producers} producers do {ratio:.2f}x this{note}",
+               "comparison", "FAILED" if failures else "")
+
+
+def _bottleneck(broker: float, producer: float, consumer: float, machine: float) -> str:
+    """Which processes ran out of CPU; each client process is one GIL, about one core at most."""
+    if math.isnan(broker):
         return "n/a"
-    if broker_cpu >= SATURATED:
-        return "broker saturated"
-    if client_cpu >= SATURATED:
-        return "bench process saturated"
-    if broker_cpu + client_cpu >= SATURATED * (os.cpu_count() or 1):
-        return "machine saturated"
-    return "neither saturated"
+    saturated = [
+        label
+        for label, busy in (
+            ("broker", broker >= SATURATED),
+            ("a producer process", producer >= SATURATED),
+            ("consumer process", consumer >= SATURATED),
+            ("machine", machine >= SATURATED * _cores()),
+        )
+        if busy
+    ]
+    return " and ".join(saturated) + " saturated" if saturated else "no process saturated"
+
+
+def _producer_processes(count: int) -> str:
+    return f"{count} producer process" + ("es" if count != 1 else "")
+
+
+def _other_work(machine: float, broker: float, clients: float) -> float:
+    """Cores busy with something besides the broker and the clients (other jobs, the kernel)."""
+    return max(0.0, machine - broker - clients)
+
+
+def _cores() -> float:
+    return float(os.cpu_count() or 1)
 
 
 def _per_core(microseconds: float) -> str:
@@ -183,7 +268,7 @@ def _rate_range(summary: Summary) -> str:
     return f"{summary.low:,.0f}-{summary.high:,.0f}"
 
 
-def _profile_unbatched(plan: Plan, profile_path: Path) -> dict[str, Any]:
+def _profile_unbatched(plan: Plan, profile_path: Path, producers: int) -> dict[str, Any]:
     """One more unbatched run, against a broker under cProfile; print its top functions."""
     messages = plan.messages["unbatched"]
     profile_path.parent.mkdir(parents=True, exist_ok=True)
@@ -192,7 +277,7 @@ def _profile_unbatched(plan: Plan, profile_path: Path) -> dict[str, Any]:
     with BrokerProcess(profile_path=profile_path) as broker:
         url = broker.start().service_url
         result = run_once(url, MODES["unbatched"], messages, _run_timeout(messages),
-                          psutil.Process(broker.pid))
+                          psutil.Process(broker.pid), producers)
         print(f"  {_describe(result)} (slowed by the profiler)", flush=True)
         broker.stop()
     if not profile_path.exists():

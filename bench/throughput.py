@@ -1,52 +1,65 @@
-"""Produce and end-to-end throughput through the official ``pulsar-client``.
+"""Produce and end-to-end throughput through the official ``pulsar-client``, in client processes.
 
-One producer and one Shared consumer on a fresh topic, both in this process, against a broker
-in another. Each payload starts with its send time (``perf_counter_ns``), so the consumer
-measures end-to-end latency to the microsecond instead of trusting the millisecond publish
-timestamp; both ends share this process's clock.
+A run puts N producers and one Shared consumer on a fresh topic, each in a process of its own
+(see :mod:`bench.load_client`), against a broker in yet another; this process only coordinates.
+It starts the workers, waits until every one is connected, releases them together with one
+event, and collects their reports through pipes. Each payload starts with its send time
+(``monotonic_ns``, one clock machine-wide on Linux), so the consumer measures end-to-end latency
+to the microsecond instead of trusting the millisecond publish timestamp.
 """
 
 from __future__ import annotations
 
-import struct
-import threading
+import math
+import multiprocessing
 import time
 import uuid
+from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnContext, SpawnProcess
+from multiprocessing.synchronize import Event
 
 import psutil
-import pulsar
 
-__all__ = ["MESSAGE_SIZE", "MODES", "Mode", "RunResult", "run_once"]
+from bench.load_client import (
+    MESSAGE_SIZE,
+    READY,
+    ConsumerJob,
+    ConsumerReport,
+    ProducerJob,
+    ProducerReport,
+    run_consumer,
+    run_producer,
+)
 
-MESSAGE_SIZE = 128
+__all__ = ["DEFAULT_PRODUCERS", "MESSAGE_SIZE", "MODES", "Mode", "RunResult", "run_once"]
 
-_SEND_TIME = struct.Struct(">q")
-_PADDING = b"\x00" * (MESSAGE_SIZE - _SEND_TIME.size)
-_RECEIVE_POLL_MS = 200  # how soon the receive thread notices it should give up
+DEFAULT_PRODUCERS = 2
+SETUP_TIMEOUT = 60.0  # seconds for every worker to start, import the client and connect
+STOP_GRACE = 10.0  # seconds a worker gets to report or exit once told to stop
 
 
 @dataclass(frozen=True)
 class Mode:
-    """How the producer sends.
+    """How the producers send.
 
     Attributes:
         name: Short label, ``"batched"`` or ``"unbatched"``.
-        batching: Whether the producer batches (with the client's default batching limits).
-        max_pending: The producer's ``max_pending_messages``.
-        window: Most sends in flight at once, bounded by us through the send callbacks.
+        batching: Whether the producers batch (with the client's default batching limits).
+        max_pending: Each producer's ``max_pending_messages``, which bounds its sends in
+            flight (``send_async`` blocks at that many).
     """
 
     name: str
     batching: bool
     max_pending: int
-    window: int
 
 
 MODES = {
-    "batched": Mode("batched", batching=True, max_pending=10_000, window=5_000),
-    "unbatched": Mode("unbatched", batching=False, max_pending=1_000, window=1_000),
+    "batched": Mode("batched", batching=True, max_pending=5_000),
+    "unbatched": Mode("unbatched", batching=False, max_pending=1_000),
 }
 
 
@@ -56,93 +69,102 @@ class RunResult:
 
     Attributes:
         mode: The mode's name.
-        messages: Messages sent (and expected back).
-        sent: Sends whose callback reported success.
-        received: Messages the consumer received.
-        produce_rate: Completed sends per second, first send to last send callback.
+        producers: Producer processes (there is always one consumer process besides).
+        messages: Messages sent (and expected back), over all producers.
+        sent: Sends issued over all producers (each acknowledged unless ``error`` is set).
+        received: Messages the consumer received (and acknowledged).
+        produce_rate: Sends per second, first send to the moment every producer had all its
+            sends acknowledged.
         end_to_end_rate: Received messages per second, first send to last receive.
         latency_p50_ms: Median send-to-receive latency, milliseconds.
         latency_p99_ms: 99th percentile send-to-receive latency, milliseconds.
         broker_cpu: CPU the broker used over the run, in cores (1.0 = one core busy).
-        client_cpu: CPU this process used over the run, in cores.
+        producer_cpu: CPU of the busiest producer process while it sent, in cores. The
+            client's C++ threads run outside the GIL, so this can pass 1.0 a little.
+        consumer_cpu: CPU of the consumer process from the first send to its last receive,
+            in cores.
+        client_cpu: CPU of every client process together, from the first send to the last
+            receive, in cores.
+        machine_cpu: CPU busy on the whole machine over the run, whoever used it, in cores;
+            with ``broker_cpu + client_cpu`` it shows how much other work competed.
         broker_cpu_per_message_us: Broker CPU time per received message, microseconds.
+        producer_cpu_per_message_us: CPU time of all producer processes per sent message.
+        consumer_cpu_per_message_us: CPU time of the consumer process per received message.
         error: Why the run did not complete, or None.
+
+    A run that failed before it started has only the counts and ``error``; the rest is NaN.
     """
 
     mode: str
+    producers: int
     messages: int
-    sent: int
-    received: int
-    produce_rate: float
-    end_to_end_rate: float
-    latency_p50_ms: float
-    latency_p99_ms: float
-    broker_cpu: float
-    client_cpu: float
-    broker_cpu_per_message_us: float
+    sent: int = 0
+    received: int = 0
+    produce_rate: float = math.nan
+    end_to_end_rate: float = math.nan
+    latency_p50_ms: float = math.nan
+    latency_p99_ms: float = math.nan
+    broker_cpu: float = math.nan
+    producer_cpu: float = math.nan
+    consumer_cpu: float = math.nan
+    client_cpu: float = math.nan
+    machine_cpu: float = math.nan
+    broker_cpu_per_message_us: float = math.nan
+    producer_cpu_per_message_us: float = math.nan
+    consumer_cpu_per_message_us: float = math.nan
     error: str | None = None
 
 
-class _Receiver:
-    """A thread that receives, records latency and acks each message."""
+class _Worker:
+    """A client process and the reading end of the pipe it reports through."""
 
-    def __init__(self, consumer: Any, expected: int) -> None:
-        self.consumer = consumer
-        self.expected = expected
-        self.received = 0
-        self.latencies_ns: list[int] = []
-        self.last_receive_ns = 0
-        self.failure: str | None = None
-        self.done = threading.Event()
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="bench-receiver", daemon=True)
+    def __init__(
+        self,
+        context: SpawnContext,
+        name: str,
+        target: Callable[..., None],
+        args: tuple[object, ...],
+    ) -> None:
+        self.name = name
+        self.reports, child_end = context.Pipe(duplex=False)
+        self.process: SpawnProcess = context.Process(
+            target=target, args=(*args, child_end), name=f"bench-{name}", daemon=True
+        )
+        self.process.start()
+        # Only the child holds the writing end now, so its exit reads as EOF here.
+        child_end.close()
 
-    def _run(self) -> None:
-        receive = self.consumer.receive
-        acknowledge = self.consumer.acknowledge
-        unpack = _SEND_TIME.unpack_from
-        clock = time.perf_counter_ns
-        latencies = self.latencies_ns
+    def receive(self, deadline: float) -> object:
+        """The next thing the worker sent, waiting until ``deadline`` (``time.monotonic``).
+
+        Raises:
+            _NoReportError: Nothing came in time, or the worker exited without a word.
+        """
+        connection: Connection = self.reports
+        if not connection.poll(max(0.0, deadline - time.monotonic())):
+            raise _NoReportError(f"the {self.name} sent nothing in time")
         try:
-            while self.received < self.expected and not self.stopping.is_set():
-                try:
-                    message = receive(_RECEIVE_POLL_MS)
-                except pulsar.Timeout:
-                    continue
-                now = clock()
-                latencies.append(now - unpack(message.data())[0])
-                acknowledge(message)
-                self.received += 1
-                self.last_receive_ns = now
-        except Exception as error:  # reported in the run's result
-            self.failure = f"receive failed: {error!r}"
-        finally:
-            self.done.set()
+            return connection.recv()
+        except EOFError:
+            self.process.join(STOP_GRACE)
+            raise _NoReportError(
+                f"the {self.name} exited without reporting (exit code {self.process.exitcode})"
+            ) from None
+
+    def close(self) -> None:
+        """Wait for the process to end, terminating (then killing) it if it does not."""
+        self.process.join(STOP_GRACE)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(STOP_GRACE)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.reports.close()
 
 
-class _Sender:
-    """Send callbacks: each frees a window slot; the last one is timed."""
-
-    def __init__(self, expected: int, window: int) -> None:
-        self.expected = expected
-        self.window = threading.Semaphore(window)
-        self.completed = 0
-        self.failures = 0
-        self.first_failure: str | None = None
-        self.last_completion_ns = 0
-        self.done = threading.Event()
-
-    def on_sent(self, result: Any, _message_id: Any) -> None:
-        # Runs on the client's I/O thread; an exception here would abort the process.
-        if result != pulsar.Result.Ok:
-            self.failures += 1
-            if self.first_failure is None:
-                self.first_failure = str(result)
-        self.completed += 1
-        self.window.release()
-        if self.completed == self.expected:
-            self.last_completion_ns = time.perf_counter_ns()
-            self.done.set()
+class _NoReportError(Exception):
+    """A worker did not send what the bench waited for."""
 
 
 def run_once(
@@ -151,109 +173,191 @@ def run_once(
     messages: int,
     timeout: float,
     broker: psutil.Process | None = None,
+    producers: int = DEFAULT_PRODUCERS,
 ) -> RunResult:
-    """Send ``messages`` through a fresh topic and time them out and back.
+    """Send ``messages`` through a fresh topic from ``producers`` processes and time them.
 
     Args:
         service_url: The broker's ``pulsar://`` URL.
-        mode: How the producer sends.
-        messages: How many messages to send.
-        timeout: Seconds to wait, after the last send was issued, for the rest to arrive.
+        mode: How the producers send.
+        messages: How many messages to send, split evenly over the producers.
+        timeout: Seconds from the start for every message to be sent and received.
         broker: The broker's process, to report the CPU it used; None to skip that.
+        producers: How many producer processes to run.
 
     Returns:
         The run's figures; ``error`` is set if not every message made it in time.
     """
     topic = f"persistent://public/default/bench-{mode.name}-{uuid.uuid4().hex[:12]}"
-    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
-    receiver: _Receiver | None = None
+    context = multiprocessing.get_context("spawn")
+    start = context.Event()
+    stop = context.Event()
+    workers: list[_Worker] = []
     try:
-        # The default ack grouping (100 ms) stays on: acks travel in batches.
-        consumer = client.subscribe(topic, "bench", consumer_type=pulsar.ConsumerType.Shared)
-        producer = client.create_producer(
-            topic,
-            batching_enabled=mode.batching,
-            max_pending_messages=mode.max_pending,
-            block_if_queue_full=True,
-        )
-        receiver = _Receiver(consumer, messages)
-        sender = _Sender(messages, mode.window)
-        return _drive(producer, mode, messages, timeout, sender, receiver, broker)
+        consumer_job = ConsumerJob(service_url, topic, "bench", messages, SETUP_TIMEOUT)
+        workers.append(_Worker(context, "consumer", run_consumer, (consumer_job, start, stop)))
+        for index, share in enumerate(_shares(messages, producers)):
+            job = ProducerJob(service_url, topic, share, mode.batching, mode.max_pending,
+                              SETUP_TIMEOUT)
+            workers.append(_Worker(context, f"producer {index + 1}", run_producer, (job, start)))
+        return _drive(mode, messages, timeout, workers[0], workers[1:], start, stop, broker)
     finally:
-        if receiver is not None and receiver.thread.is_alive():
-            receiver.stopping.set()
-            receiver.thread.join(timeout)
-        client.close()
+        stop.set()
+        for worker in workers:
+            worker.close()
 
 
 def _drive(
-    producer: Any,
     mode: Mode,
     messages: int,
     timeout: float,
-    sender: _Sender,
-    receiver: _Receiver,
+    consumer: _Worker,
+    producers: list[_Worker],
+    start: Event,
+    stop: Event,
     broker: psutil.Process | None,
 ) -> RunResult:
-    """Send everything, wait for it to come back, and compute the figures."""
-    client = psutil.Process()
-    acquire = sender.window.acquire
-    send_async = producer.send_async
-    on_sent = sender.on_sent
-    clock = time.perf_counter_ns
-    pack = _SEND_TIME.pack
-    padding = _PADDING
+    """Release the workers together, collect their reports and compute the figures."""
+    ready_by = time.monotonic() + SETUP_TIMEOUT
+    try:
+        for worker in [consumer, *producers]:
+            greeting = worker.receive(ready_by)
+            if greeting != READY:
+                error = f"the {worker.name} failed to connect: {_error_of(greeting)}"
+                return RunResult(mode.name, len(producers), messages, error=error)
+    except _NoReportError as silence:
+        return RunResult(mode.name, len(producers), messages, error=f"{silence} while connecting")
 
     broker_cpu_start = _cpu_seconds(broker)
-    client_cpu_start = _cpu_seconds(client)
-    receiver.thread.start()
-    started_ns = clock()
-    error = None
-    for _ in range(messages):
-        if not acquire(True, timeout):
-            error = f"the send window stayed full for {timeout:.0f} s"
-            break
-        send_async(pack(clock()) + padding, on_sent)
-    if error is None and not sender.done.wait(timeout):
-        error = f"only {sender.completed} of {messages} sends completed"
-    if error is None:
-        receiver.done.wait(timeout)
-    finished_ns = clock()
+    machine_cpu_start = _machine_busy_seconds()
+    started = time.monotonic()
+    start.set()
+    done_by = started + timeout
+    producer_reports: list[ProducerReport] = []
+    errors: list[str] = []
+    for worker in producers:
+        try:
+            report = worker.receive(done_by)
+        except _NoReportError as silence:
+            errors.append(str(silence))
+            continue
+        assert isinstance(report, ProducerReport)
+        producer_reports.append(report)
+        if report.error is not None:
+            errors.append(f"{worker.name}: {report.error}")
+    if errors:
+        stop.set()
+    try:
+        consumer_report = consumer.receive(done_by)
+    except _NoReportError:
+        stop.set()
+        try:
+            consumer_report = consumer.receive(time.monotonic() + STOP_GRACE)
+        except _NoReportError as silence:
+            error = "; ".join([*errors, str(silence)])
+            return RunResult(mode.name, len(producers), messages, error=error)
+    finished = time.monotonic()
     broker_cpu = _cpu_seconds(broker) - broker_cpu_start
-    client_cpu = _cpu_seconds(client) - client_cpu_start
+    machine_cpu = _machine_busy_seconds() - machine_cpu_start
+    assert isinstance(consumer_report, ConsumerReport)
+    if consumer_report.error is not None:
+        errors.append(f"consumer: {consumer_report.error}")
+    return _figures(mode, messages, producer_reports, consumer_report, broker_cpu, machine_cpu,
+                    finished - started, "; ".join(errors) or None)
 
-    if receiver.failure is not None:
-        error = receiver.failure
-    elif error is None and receiver.received < messages:
-        error = f"only {receiver.received} of {messages} messages arrived"
-    if error is None and sender.failures:
-        error = f"{sender.failures} sends failed, the first with {sender.first_failure}"
-    produce_ns = (sender.last_completion_ns or finished_ns) - started_ns
-    end_to_end_ns = (receiver.last_receive_ns or finished_ns) - started_ns
-    elapsed_s = (finished_ns - started_ns) / 1e9
-    latencies = sorted(receiver.latencies_ns)
+
+def _figures(
+    mode: Mode,
+    messages: int,
+    producers: list[ProducerReport],
+    consumer: ConsumerReport,
+    broker_cpu_s: float,
+    machine_cpu_s: float,
+    elapsed_s: float,
+    error: str | None,
+) -> RunResult:
+    """The run's figures from the workers' reports."""
+    first_send_ns = min((report.first_send_ns for report in producers if report.first_send_ns),
+                        default=0)
+    last_completion_ns = max((report.last_completion_ns for report in producers), default=0)
+    sent = sum(report.sent for report in producers)
+    all_acknowledged = all(report.last_completion_ns for report in producers)
+    producer_cpu_s = sum(report.cpu_s for report in producers)
+    latencies = array("q")
+    latencies.frombytes(consumer.latencies_ns)
+    ordered = sorted(latencies)
+    per_received = max(1, consumer.received)
     return RunResult(
         mode=mode.name,
+        producers=len(producers),
         messages=messages,
-        sent=sender.completed - sender.failures,
-        received=receiver.received,
-        produce_rate=sender.completed / (produce_ns / 1e9),
-        end_to_end_rate=receiver.received / (end_to_end_ns / 1e9),
-        latency_p50_ms=_percentile(latencies, 0.50) / 1e6,
-        latency_p99_ms=_percentile(latencies, 0.99) / 1e6,
-        broker_cpu=broker_cpu / elapsed_s,
-        client_cpu=client_cpu / elapsed_s,
-        broker_cpu_per_message_us=broker_cpu * 1e6 / max(1, receiver.received),
+        sent=sent,
+        received=consumer.received,
+        produce_rate=_rate(sent, first_send_ns, last_completion_ns) if all_acknowledged
+        else math.nan,
+        end_to_end_rate=_rate(consumer.received, first_send_ns, consumer.last_receive_ns),
+        latency_p50_ms=_percentile(ordered, 0.50) / 1e6,
+        latency_p99_ms=_percentile(ordered, 0.99) / 1e6,
+        broker_cpu=broker_cpu_s / elapsed_s,
+        producer_cpu=max((_busy(report) for report in producers), default=math.nan),
+        consumer_cpu=_share_of_core(consumer.cpu_s, first_send_ns, consumer.last_receive_ns),
+        client_cpu=_share_of_core(producer_cpu_s + consumer.cpu_s, first_send_ns,
+                                  consumer.last_receive_ns),
+        machine_cpu=machine_cpu_s / elapsed_s,
+        broker_cpu_per_message_us=broker_cpu_s * 1e6 / per_received,
+        producer_cpu_per_message_us=producer_cpu_s * 1e6 / max(1, sent),
+        consumer_cpu_per_message_us=consumer.cpu_s * 1e6 / per_received,
         error=error,
     )
 
 
+def _error_of(message: object) -> str:
+    error = getattr(message, "error", None)
+    return str(error) if error is not None else repr(message)
+
+
+def _shares(messages: int, parts: int) -> list[int]:
+    """``messages`` split into ``parts`` counts that differ by at most one."""
+    if parts < 1:
+        raise ValueError(f"need at least one producer, not {parts}")
+    base, extra = divmod(messages, parts)
+    return [base + (1 if index < extra else 0) for index in range(parts)]
+
+
+def _rate(count: int, start_ns: int, end_ns: int) -> float:
+    if not start_ns or end_ns <= start_ns:
+        return math.nan
+    return count / ((end_ns - start_ns) / 1e9)
+
+
+def _busy(report: ProducerReport) -> float:
+    return _share_of_core(report.cpu_s, report.first_send_ns, report.last_completion_ns)
+
+
+def _share_of_core(cpu_s: float, start_ns: int, end_ns: int) -> float:
+    """CPU seconds over a wall-clock span, in cores; NaN for an empty span."""
+    if not start_ns or end_ns <= start_ns:
+        return math.nan
+    return cpu_s / ((end_ns - start_ns) / 1e9)
+
+
 def _cpu_seconds(process: psutil.Process | None) -> float:
-    """User plus system CPU seconds a process has used so far; 0 for None."""
+    """User plus system CPU seconds a process has used so far; 0 for None, NaN once gone."""
     if process is None:
         return 0.0
-    times = process.cpu_times()
+    try:
+        times = process.cpu_times()
+    except psutil.Error:  # the broker died: the run fails on its own, its figure is unknown
+        return math.nan
     return float(times.user + times.system)
+
+
+def _machine_busy_seconds() -> float:
+    """CPU seconds every core of the machine has spent busy (not idle, not waiting on I/O)."""
+    times = psutil.cpu_times()
+    # Guest time is already inside user and nice on Linux, so it is not added again.
+    return float(times.user + times.nice + times.system + times.irq + times.softirq
+                 + times.steal)
 
 
 def _percentile(ordered: list[int], fraction: float) -> float:

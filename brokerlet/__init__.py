@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from brokerlet.broker import Broker  # noqa: E402
-from brokerlet.config import Settings, SettingsError, load_settings  # noqa: E402
+from brokerlet.broker import Broker
+from brokerlet.config import Settings, SettingsError, load_settings
 
 __all__ = ["Broker", "Settings", "SettingsError", "__version__", "load_settings"]

@@ -21,10 +21,11 @@ import gevent
 import gevent.event
 import pykka
 
-from brokerlet.actors.broker import BrokerActor, GetAllStats, GetTopicStats
+from brokerlet.actors.broker import BrokerActor, GetAllStats, GetTopic, GetTopicStats
 from brokerlet.actors.eventloop import EventLoopActor
 from brokerlet.admin import AdminServer
 from brokerlet.config import Settings, load_settings
+from brokerlet.storage import DiskStorage, FileOps
 from brokerlet.transport.server import Server
 
 __all__ = ["Broker"]
@@ -49,7 +50,13 @@ class Broker:
             client = pulsar.Client(broker.service_url)
     """
 
-    def __init__(self, settings: Settings | None = None, **overrides: object) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        storage_file_ops: FileOps | None = None,
+        **overrides: object,
+    ) -> None:
         if settings is None:
             settings = load_settings(env={}, overrides=overrides)
         elif overrides:
@@ -60,6 +67,8 @@ class Broker:
         if settings.port == 0 and not web_port_given:
             settings = settings.replace(web_service_port=0)
         self.settings = settings
+        self._file_ops = storage_file_ops
+        self._storage: DiskStorage | None = None
         self._thread: threading.Thread | None = None
         self._hub: Any = None
         self._ready = threading.Event()
@@ -212,11 +221,23 @@ class Broker:
             log.info("brokerlet stopped")
 
     def _start_actors(self) -> None:
-        if self.settings.storage != "memory":
-            raise NotImplementedError(
-                f"storage = {self.settings.storage!r} is not available yet; use 'memory'"
+        settings = self.settings
+        if settings.storage == "disk":
+            self._storage = DiskStorage(
+                settings.data_dir,
+                settings.sync_policy,
+                sync_interval_ms=settings.sync_interval_ms,
+                segment_bytes=settings.segment_bytes,
+                cache_bytes=settings.cache_bytes,
+                cursor_flush_ms=settings.cursor_flush_ms,
+                file_ops=self._file_ops,
             )
-        self._broker_actor = BrokerActor.start(self.settings)
+        self._broker_actor = BrokerActor.start(self.settings, self._storage)
+        if self._storage is not None:
+            # Recover every stored topic now: torn tails are repaired and logged at start-up,
+            # and retention knows every durable subscription before anyone acks.
+            for name in self._storage.topics():
+                self._broker_actor.ask(GetTopic(name))
         self._event_loops = [EventLoopActor.start(i) for i in range(self.settings.event_loops)]
         self._server = Server(
             self.settings,
@@ -243,3 +264,6 @@ class Broker:
             if ref is not None:
                 with contextlib.suppress(pykka.ActorDeadError):
                     ref.stop(block=True, timeout=5)
+        if self._storage is not None:
+            self._storage.close()
+            self._storage = None

@@ -12,6 +12,7 @@ import gevent
 
 from brokerlet.broker import Broker
 from brokerlet.config import SettingsError, add_arguments, describe_settings, settings_from_args
+from brokerlet.storage import StorageError
 
 __all__ = ["main"]
 
@@ -29,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     try:
-        settings = settings_from_args(args)
+        settings = settings_from_args(args, defaults={"storage": "disk"})
     except SettingsError as error:
         print(f"brokerlet: bad setting: {error}", file=sys.stderr)
         return 2
@@ -50,6 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         broker.serve_forever(on_ready=ready)
+    except StorageError as error:
+        print(
+            f"brokerlet: cannot use data directory {settings.data_dir!r}: {error}", file=sys.stderr
+        )
+        return 1
     except OSError as error:
         print(
             f"brokerlet: cannot listen on {settings.host}:{settings.port}: {error}", file=sys.stderr

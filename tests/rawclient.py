@@ -20,6 +20,7 @@ from brokerlet.transport.protocol import (
     build_entry,
     command_name,
     decode_payload,
+    encode_ack,
     encode_command,
     encode_flow,
     encode_send,
@@ -55,6 +56,7 @@ class ReceivedMessage:
     entry_id: int
     sequence_id: int
     payload: bytes
+    ledger_id: int = 0
 
 
 def make_entry(producer_name: str, sequence_id: int, payload: bytes) -> bytes:
@@ -268,6 +270,10 @@ class RawClient:
         """Grant a consumer ``permits`` more messages."""
         self.send_raw(encode_flow(consumer_id, permits))
 
+    def ack(self, consumer_id: int, entry_ids: list[int], ledger_id: int) -> None:
+        """Acknowledge entries individually (no reply: acks are fire-and-forget)."""
+        self.send_raw(encode_ack(consumer_id, [(ledger_id, e) for e in entry_ids]))
+
     def close_consumer(self, consumer_id: int) -> None:
         """Close a consumer and wait for the broker's SUCCESS."""
         self.send_command(
@@ -299,6 +305,7 @@ class RawClient:
                     entry_id=message.message_id.entry_id,
                     sequence_id=metadata.sequence_id,
                     payload=section.entry[4 + metadata_size :],
+                    ledger_id=message.message_id.ledger_id,
                 )
             )
         return messages

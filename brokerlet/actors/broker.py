@@ -13,7 +13,7 @@ from brokerlet.actors.connection import GetTopic
 from brokerlet.actors.ratelimit import DispatchRateLimiter
 from brokerlet.actors.topic import TopicActor, TopicStats
 from brokerlet.config import Settings
-from brokerlet.storage.ledger import MemoryLedger
+from brokerlet.storage import CursorStore, DiskStorage, Ledger, MemoryLedger
 
 __all__ = ["BrokerActor", "GetAllStats", "GetTopic", "GetTopicStats"]
 
@@ -32,9 +32,10 @@ class GetAllStats:
 class BrokerActor(GeventActor):
     """Owns the topics: each is created on first use (PRODUCER or SUBSCRIBE)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, storage: DiskStorage | None = None) -> None:
         super().__init__()
         self.settings = settings
+        self.storage = storage
         self.topics: dict[str, pykka.ActorRef[TopicActor]] = {}
         self._ledger_ids = itertools.count(1)
         self.rate_limiter = DispatchRateLimiter(
@@ -60,8 +61,13 @@ class BrokerActor(GeventActor):
     def _topic(self, name: str) -> pykka.ActorRef[TopicActor]:
         topic = self.topics.get(name)
         if topic is None:
-            ledger = MemoryLedger(next(self._ledger_ids))
-            topic = TopicActor.start(name, ledger, self.settings, self.rate_limiter)
+            ledger: Ledger
+            cursors: CursorStore | None = None
+            if self.storage is not None:
+                ledger, cursors = self.storage.open_topic(name)
+            else:
+                ledger = MemoryLedger(next(self._ledger_ids))
+            topic = TopicActor.start(name, ledger, self.settings, self.rate_limiter, cursors)
             self.topics[name] = topic
             log.info("created topic %s (ledger %d)", name, ledger.ledger_id)
         return topic

@@ -35,6 +35,7 @@ from brokerlet.actors.ratelimit import DispatchRateLimiter, limiters_allowance, 
 from brokerlet.actors.stats import Cancellable, Rate
 from brokerlet.config import Settings
 from brokerlet.storage.cursor import Cursor
+from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry
 from brokerlet.transport.protocol import pb
 
@@ -125,6 +126,10 @@ class BatchWritten:
     """A consumer batch's write completed (only sent with COMPLETION_BARRIER)."""
 
 
+class PersistCursor:
+    """Time to write the subscription's acknowledgements to its cursor store."""
+
+
 class HashesUnblocked:
     """Key_Shared: draining hashes were released; the unblocking interval has passed."""
 
@@ -163,8 +168,12 @@ class Dispatcher:
         read_position: int,
         settings: Settings,
         rate_limiters: Sequence[DispatchRateLimiter] = (),
+        cursor_store: CursorStore | None = None,
     ) -> None:
         super().__init__()
+        self.cursor_store = cursor_store
+        self._cursor_dirty = cursor_store is not None  # a new durable subscription is saved
+        self._persist_timer: Cancellable | None = None
         self.topic = topic
         self.topic_name = topic_name
         self.ledger_id = ledger_id
@@ -217,6 +226,7 @@ class Dispatcher:
             Seek: self._seek,
             HashesUnblocked: self._hashes_unblocked,
             BatchWritten: self._batch_written,
+            PersistCursor: lambda _: self._persist_cursor(),
             GetStats: lambda _: self.stats(),
         }
 
@@ -224,9 +234,13 @@ class Dispatcher:
 
     def on_start(self) -> None:
         self._gate = ConflatedTell(self.actor_ref, ReadMore())
+        if self._cursor_dirty:
+            self._persist_cursor()
 
     def on_stop(self) -> None:
-        for timer in (self._retry, self._unblock_timer):
+        if self._cursor_dirty:
+            self._persist_cursor()
+        for timer in (self._retry, self._unblock_timer, self._persist_timer):
             if timer is not None:
                 timer.cancel()
 
@@ -297,7 +311,9 @@ class Dispatcher:
         if not self.consumers:
             self._rewind()
             if not self.durable or message.unsubscribe:
-                self.topic.tell(SubscriptionClosed(self.name, self.actor_ref))
+                if message.unsubscribe:
+                    self._cursor_dirty = False  # deleted, not saved
+                self.topic.tell(SubscriptionClosed(self.name, self.actor_ref, deleted=True))
             return
         if self.sub_type in (EXCLUSIVE, FAILOVER):
             self._pick_active()
@@ -325,6 +341,7 @@ class Dispatcher:
         self.redelivery_counts.clear()
         self.cursor.reset(message.entry_id - 1)
         self.read_position = message.entry_id
+        self._cursor_changed()
         log.info("%s: reset to entry %d", self, message.entry_id)
         for consumer in closed:
             if consumer.connection is not message.requester and consumer.connection.actor:
@@ -663,6 +680,23 @@ class Dispatcher:
                 moved = cursor.ack(entry_id) or moved
         if moved:
             self.topic.tell(MarkDeleteMoved(self.name, cursor.mark_delete))
+        self._cursor_changed()
+
+    def _cursor_changed(self) -> None:
+        """Save the cursor soon: at most once per ``cursor_flush_ms``, whatever the ack rate."""
+        if self.cursor_store is None:
+            return
+        self._cursor_dirty = True
+        if self._persist_timer is None or self._persist_timer.done:
+            tell = self.actor_ref.tell
+            self._persist_timer = self.call_later(
+                self.settings.cursor_flush_ms / 1000, lambda: tell(PersistCursor())
+            )
+
+    def _persist_cursor(self) -> None:
+        if self.cursor_store is not None and self._cursor_dirty:
+            self._cursor_dirty = False
+            self.cursor_store.save(self.name, self.cursor.mark_delete, self.cursor.acked_ids())
 
     def _forget(self, entry_id: int) -> None:
         owner = self.pending_owner.pop(entry_id, None)
@@ -854,3 +888,4 @@ class MarkDeleteMoved:
 class SubscriptionClosed:
     subscription: str
     dispatcher: Any
+    deleted: bool = False  # unsubscribed (or non-durable): forget its stored cursor too

@@ -7,11 +7,13 @@ until the next append (the long poll) or until its dispatcher cancels it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import gevent
 import pykka
 
 from brokerlet.actors._runtime import GeventActor
@@ -30,6 +32,7 @@ from brokerlet.actors.ratelimit import DispatchRateLimiter
 from brokerlet.actors.stats import Rate
 from brokerlet.config import Settings
 from brokerlet.storage.cursor import Cursor
+from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry, Ledger, NewEntry
 from brokerlet.transport.protocol import pb
 
@@ -81,6 +84,14 @@ class Appended:
 
 
 @dataclass(frozen=True, slots=True)
+class AppendDone:
+    """A disk ledger's completion, brought back onto the topic actor."""
+
+    handle: Callable[[Any], None]
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
 class AddProducer:
     name: str
     peer: str
@@ -126,9 +137,12 @@ class TopicActor(GeventActor):
         ledger: Ledger,
         settings: Settings,
         broker_limiter: DispatchRateLimiter | None = None,
+        cursors: CursorStore | None = None,
     ) -> None:
         super().__init__()
         self.name = name
+        self.cursors = cursors  # durable subscriptions' acknowledgements, with a disk ledger
+        self.saved: dict[str, tuple[int, list[int]]] = {}
         self.ledger = ledger
         self.settings = settings
         self.producers: dict[str, str] = {}  # name -> peer
@@ -157,17 +171,47 @@ class TopicActor(GeventActor):
             AddProducer: self._add_producer,
             RemoveProducer: self._remove_producer,
             Subscribe: self._subscribe,
+            AppendDone: lambda m: m.handle(m.result),
             GetLastEntry: lambda _: (self.ledger.ledger_id, self.ledger.last_entry_id),
             ResolvePosition: lambda m: self._start_of(m.message_id),
             TopicStats: lambda _: self.stats(),
         }
 
+    def on_start(self) -> None:
+        if self.cursors is None:
+            return
+        # Durable subscriptions stored before a restart: they hold back retention from the
+        # start, and their cursors are restored when a consumer comes back.
+        for subscription in self.cursors.subscriptions():
+            state = self.cursors.load(subscription)
+            if state is not None:
+                self.saved[subscription] = state
+                self.mark_deletes[subscription] = state[0]
+
     def on_receive(self, message: Any) -> Any:
         return self._handlers[type(message)](message)
 
+    def _on_actor(self, handle: Callable[[Any], None]) -> Callable[[Any], None]:
+        """A storage callback that runs ``handle`` on this actor.
+
+        The in-memory ledger completes at once, inside our handler; a disk ledger completes
+        later on the hub, outside the actor, so the result comes back as a message.
+        """
+        greenlet = getattr(self, "actor_greenlet", None)
+
+        def callback(result: Any) -> None:
+            if gevent.getcurrent() is greenlet:
+                handle(result)
+            else:
+                self.actor_ref.tell(AppendDone(handle, result))
+
+        return callback
+
     def on_stop(self) -> None:
+        # Dispatchers save their cursors as they stop; the ledger closes after them.
         for dispatcher in self.subscriptions.values():
-            dispatcher.stop(block=False)
+            with contextlib.suppress(pykka.ActorDeadError):
+                dispatcher.stop(block=True, timeout=5)
         self.ledger.close()
 
     # Producing.
@@ -215,7 +259,7 @@ class TopicActor(GeventActor):
                 self._complete_waiting_reads()
 
         if new:
-            self.ledger.append(new, appended)
+            self.ledger.append(new, self._on_actor(appended))
         else:
             appended(0)
 
@@ -240,6 +284,11 @@ class TopicActor(GeventActor):
         start = first if message.initial_position == pb.CommandSubscribe.Earliest else last + 1
         if message.start_message_id is not None:
             start = self._start_of(message.start_message_id)
+        cursor = Cursor(start - 1)
+        saved = self.saved.pop(message.subscription, None) if message.durable else None
+        if saved is not None:
+            cursor = Cursor.restore(*saved)
+            start = cursor.mark_delete + 1
         dispatcher = DispatcherActor.start(
             topic=self.actor_ref,
             topic_name=self.name,
@@ -247,13 +296,14 @@ class TopicActor(GeventActor):
             name=message.subscription,
             sub_type=message.sub_type,
             durable=message.durable,
-            cursor=Cursor(start - 1),
+            cursor=cursor,
             read_position=start,
             settings=self.settings,
             rate_limiters=self.rate_limiters,
+            cursor_store=self.cursors if message.durable else None,
         )
         self.subscriptions[message.subscription] = dispatcher
-        self.mark_deletes[message.subscription] = start - 1
+        self.mark_deletes[message.subscription] = cursor.mark_delete
         log.info("%s: created subscription %r at entry %d", self.name, message.subscription, start)
         return dispatcher
 
@@ -276,6 +326,8 @@ class TopicActor(GeventActor):
             del self.subscriptions[message.subscription]
             self.mark_deletes.pop(message.subscription, None)
             self.waiting.pop(message.subscription, None)
+            if message.deleted and self.cursors is not None:
+                self.cursors.delete(message.subscription)
             dispatcher.stop(block=False)
             self._trim()
 

@@ -86,7 +86,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def settings_from_args(ns: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
+def settings_from_args(
+    ns: argparse.Namespace,
+    env: Mapping[str, str] | None = None,
+    defaults: Mapping[str, object] | None = None,
+) -> Settings:
     """Build settings from flags parsed with a parser set up by :func:`add_arguments`.
 
     Sources as in :func:`load_settings`, with the flags strongest and ``--config`` naming
@@ -95,6 +99,8 @@ def settings_from_args(ns: argparse.Namespace, env: Mapping[str, str] | None = N
     Args:
         ns: The parsed namespace.
         env: Environment variables; defaults to ``os.environ``.
+        defaults: Values that replace the built-in defaults, weaker than every source
+            (``brokerlet serve`` stores on disk unless told otherwise).
 
     Raises:
         SettingsError: As for :func:`load_settings`; a bad flag value names the flag.
@@ -105,7 +111,8 @@ def settings_from_args(ns: argparse.Namespace, env: Mapping[str, str] | None = N
         if hasattr(ns, spec.name)
     ]
     environ = os.environ if env is None else env
-    return _merge(getattr(ns, "config", None), environ, flags)
+    weakest = entries_from_mapping(defaults or {})
+    return _merge(getattr(ns, "config", None), environ, flags, weakest)
 
 
 def describe_settings() -> str:
@@ -122,11 +129,14 @@ def describe_settings() -> str:
 
 
 def _merge(
-    toml_path: str | os.PathLike[str] | None, env: Mapping[str, str], strongest: list[Entry]
+    toml_path: str | os.PathLike[str] | None,
+    env: Mapping[str, str],
+    strongest: list[Entry],
+    weakest: list[Entry] | None = None,
 ) -> Settings:
     if toml_path is None:
         toml_path = env.get(CONFIG_ENV) or None
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = collect(weakest or [])
     if toml_path is not None:
         values.update(collect(_toml_entries(toml_path)))
     values.update(collect(_env_entries(env)))

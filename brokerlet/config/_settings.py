@@ -180,6 +180,27 @@ class Settings:
         choices=("memory", "disk"),
     )
     data_dir: str = setting("./data", "Directory for disk storage.")
+    sync_policy: str = setting(
+        "every_batch",
+        "When disk appends are forced to disk before their receipt: every_batch loses nothing "
+        "receipted on power loss; interval may lose up to sync_interval_ms; never leaves it "
+        "to the kernel (a process crash loses nothing under any policy).",
+        choices=("every_batch", "interval", "never"),
+    )
+    sync_interval_ms: int = setting(
+        100, "With sync_policy = interval: how often (ms) appends are forced to disk.", minimum=1
+    )
+    segment_bytes: int = setting(
+        64 * 1024 * 1024, "Size at which a topic's log segment is sealed and a new one begun.",
+        minimum=4096,
+    )
+    cache_bytes: int = setting(
+        16 * 1024 * 1024, "Recent entries kept in memory per disk topic, for reads.", minimum=0
+    )
+    cursor_flush_ms: int = setting(
+        100, "Longest delay (ms) before a durable subscription's acks are written to disk.",
+        minimum=1,
+    )
     log_level: str = setting(
         "INFO", "Lowest level of log records emitted.",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),

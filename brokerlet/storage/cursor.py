@@ -7,6 +7,8 @@ entries above it. Read positions and pending deliveries are dispatcher state, no
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sortedcontainers import SortedSet
 
 __all__ = ["Cursor"]
@@ -25,6 +27,19 @@ class Cursor:
     def __init__(self, mark_delete: int) -> None:
         self.mark_delete = mark_delete
         self._acked: SortedSet = SortedSet()
+
+    @classmethod
+    def restore(cls, mark_delete: int, acked_ids: Iterable[int] = ()) -> Cursor:
+        """A cursor in a saved state (see `acked_ids`); ids at or below ``mark_delete`` are
+        ignored, and the mark-delete position moves over any run that continues it."""
+        cursor = cls(mark_delete)
+        for entry_id in sorted(acked_ids):
+            cursor.ack(entry_id)
+        return cursor
+
+    def acked_ids(self) -> list[int]:
+        """The individually acknowledged ids above the mark-delete position, ascending."""
+        return list(self._acked)
 
     def is_acked(self, entry_id: int) -> bool:
         return entry_id <= self.mark_delete or entry_id in self._acked

@@ -506,9 +506,12 @@ class Connection:
             if consumer is not None:
                 consumer.on_closed_by_broker(self)
         elif kind == T.ACTIVE_CONSUMER_CHANGE:
-            log.debug("%r: consumer %d active: %s", self,
-                      command.active_consumer_change.consumer_id,
-                      command.active_consumer_change.is_active)
+            log.debug(
+                "%r: consumer %d active: %s",
+                self,
+                command.active_consumer_change.consumer_id,
+                command.active_consumer_change.is_active,
+            )
         else:
             log.info("%r: ignoring %s from the broker", self, command_name(kind))
 
@@ -520,8 +523,12 @@ class Connection:
             if connected.HasField("max_message_size"):
                 self.max_message_size = connected.max_message_size
             self._handshake_done = True
-            log.debug("%r: connected to %s, protocol %d", self, connected.server_version,
-                      self.protocol_version)
+            log.debug(
+                "%r: connected to %s, protocol %d",
+                self,
+                connected.server_version,
+                self.protocol_version,
+            )
             if self.options.keep_alive_interval > 0:
                 gevent.spawn(self._keep_alive).name = f"keep-alive {self.logical_url}"
             self._ready.set(None)

@@ -159,8 +159,7 @@ class Message:
 
     def message_id(self) -> MessageId:
         """Where the message is stored (with its batch index and partition)."""
-        return MessageId(self._ledger_id, self._entry_id, self._batch_index,
-                         self._owner.partition)
+        return MessageId(self._ledger_id, self._entry_id, self._batch_index, self._owner.partition)
 
     def redelivery_count(self) -> int:
         """How many times the broker delivered this message before."""
@@ -311,8 +310,9 @@ class PartitionConsumer(Handler):
             try:
                 singles = split_batch(body, count)
             except ProtocolError as error:
-                self._discard(ledger_id, entry_id, pb.CommandAck.BatchDeSerializeError,
-                              error.reason)
+                self._discard(
+                    ledger_id, entry_id, pb.CommandAck.BatchDeSerializeError, error.reason
+                )
                 return
             ack_set = message.ack_set
             delivered = 0
@@ -322,8 +322,9 @@ class PartitionConsumer(Handler):
                     continue  # acked already (batch-index acks on a real Pulsar broker)
                 mask |= 1 << index
                 parent._queue.append(
-                    Message(self, data, metadata, single, ledger_id, entry_id, index,
-                            redelivery_count)
+                    Message(
+                        self, data, metadata, single, ledger_id, entry_id, index, redelivery_count
+                    )
                 )
                 delivered += 1
             if mask:
@@ -348,8 +349,11 @@ class PartitionConsumer(Handler):
         log.error("%r: dropping %d:%d: %s", self, ledger_id, entry_id, reason)
         connection = self._connection
         if validation_error is not None and connection is not None:
-            ack = pb.CommandAck(consumer_id=self._consumer_id, ack_type=pb.CommandAck.Individual,
-                                validation_error=validation_error)  # type: ignore[arg-type]
+            ack = pb.CommandAck(
+                consumer_id=self._consumer_id,
+                ack_type=pb.CommandAck.Individual,
+                validation_error=validation_error,  # type: ignore[arg-type]
+            )
             ack.message_id.add(ledger_id=ledger_id, entry_id=entry_id)
             connection.write(encode_command(T(type=T.ACK, ack=ack)))
         self._return_permits(1)
@@ -451,8 +455,10 @@ class PartitionConsumer(Handler):
                 request.message_ids.add(ledger_id=ledger_id, entry_id=entry_id)
             connection.write(
                 encode_command(
-                    T(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
-                      redeliver_unacknowledged_messages=request)
+                    T(
+                        type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
+                        redeliver_unacknowledged_messages=request,
+                    )
                 )
             )
         else:
@@ -467,8 +473,10 @@ class PartitionConsumer(Handler):
         request = pb.CommandRedeliverUnacknowledgedMessages(consumer_id=self._consumer_id)
         connection.write(
             encode_command(
-                T(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
-                  redeliver_unacknowledged_messages=request)
+                T(
+                    type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
+                    redeliver_unacknowledged_messages=request,
+                )
             )
         )
         # The dropped messages come back, so their permits must go back too.
@@ -669,8 +677,9 @@ class Consumer:
             CumulativeAcknowledgementNotAllowedError: on a Shared or Key_Shared subscription.
         """
         owner, message_id = self._target(message)
-        owner.acknowledge_cumulative(message_id.ledger_id, message_id.entry_id,
-                                     message_id.batch_index)
+        owner.acknowledge_cumulative(
+            message_id.ledger_id, message_id.entry_id, message_id.batch_index
+        )
 
     def negative_acknowledge(self, message: Message | MessageId) -> None:
         """Have the message redelivered after ``negative_ack_redelivery_delay_ms``."""

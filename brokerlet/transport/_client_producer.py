@@ -222,8 +222,13 @@ class PartitionProducer(Handler):
         deadline = time.monotonic() + self._send_timeout
         if self._config.batching_enabled:
             self._add_to_batch(
-                sequence_id, deadline, content, callback,
-                partition_key=partition_key, ordering_key=ordering_key, properties=properties,
+                sequence_id,
+                deadline,
+                content,
+                callback,
+                partition_key=partition_key,
+                ordering_key=ordering_key,
+                properties=properties,
                 event_timestamp=event_timestamp,
             )
             return
@@ -324,8 +329,9 @@ class PartitionProducer(Handler):
         entry = build_entry(metadata, encode_batch(batch.messages))
         highest = batch.first_sequence_id + len(batch.messages) - 1
         self._enqueue(
-            _PendingSend(batch.first_sequence_id, highest, entry, batch.callbacks, batch.deadline,
-                         True)
+            _PendingSend(
+                batch.first_sequence_id, highest, entry, batch.callbacks, batch.deadline, True
+            )
         )
 
     def _enqueue(self, pending: _PendingSend) -> None:
@@ -338,8 +344,13 @@ class PartitionProducer(Handler):
 
     def _encode(self, pending: _PendingSend) -> tuple[bytes, bytes]:
         if pending.batched:
-            return encode_send(self._producer_id, pending.sequence_id, pending.num_messages,
-                               pending.entry, pending.highest_sequence_id)
+            return encode_send(
+                self._producer_id,
+                pending.sequence_id,
+                pending.num_messages,
+                pending.entry,
+                pending.highest_sequence_id,
+            )
         return encode_send(self._producer_id, pending.sequence_id, 1, pending.entry)
 
     # -- completions (reader greenlet) ---------------------------------------------------
@@ -354,8 +365,12 @@ class PartitionProducer(Handler):
             if sequence_id < head.sequence_id:
                 return  # a late receipt for a send that already timed out
             # The broker skipped a message: resend everything from a fresh connection.
-            log.warning("%r: receipt for sequence id %d while expecting %d", self,
-                        sequence_id, head.sequence_id)
+            log.warning(
+                "%r: receipt for sequence id %d while expecting %d",
+                self,
+                sequence_id,
+                head.sequence_id,
+            )
             connection = self._connection
             if connection is not None:
                 connection.close(ConnectError("send receipts out of order"))
@@ -371,8 +386,11 @@ class PartitionProducer(Handler):
             if pending and pending[0].sequence_id == error.sequence_id:
                 self._complete(pending.popleft(), ChecksumError(error.message), 0, 0)
             return
-        log.warning("%r: send error %s; reconnecting to resend", self,
-                    error_for_code(error.error, error.message))
+        log.warning(
+            "%r: send error %s; reconnecting to resend",
+            self,
+            error_for_code(error.error, error.message),
+        )
         connection = self._connection
         if connection is not None:
             connection.close(ConnectError(f"send failed: {error.message}"))
@@ -417,8 +435,14 @@ class PartitionProducer(Handler):
         self._pending.clear()
         if batch.messages:
             failed.append(
-                _PendingSend(batch.first_sequence_id, batch.first_sequence_id, b"",
-                             batch.callbacks, 0.0, True)
+                _PendingSend(
+                    batch.first_sequence_id,
+                    batch.first_sequence_id,
+                    b"",
+                    batch.callbacks,
+                    0.0,
+                    True,
+                )
             )
         for send in failed:
             self._complete(send, error, 0, 0)
@@ -548,8 +572,12 @@ class Producer:
             done.set((error, message_id))
 
         self.send_async(
-            content, finished, partition_key=partition_key, ordering_key=ordering_key,
-            properties=properties, event_timestamp=event_timestamp,
+            content,
+            finished,
+            partition_key=partition_key,
+            ordering_key=ordering_key,
+            properties=properties,
+            event_timestamp=event_timestamp,
         )
         error, message_id = done.get()
         if error is not None:
@@ -590,8 +618,12 @@ class Producer:
         else:
             producer = producers[next(self._round_robin) % len(producers)]
         producer.send_async(
-            content, callback, partition_key=partition_key, ordering_key=ordering_key,
-            properties=properties, event_timestamp=event_timestamp,
+            content,
+            callback,
+            partition_key=partition_key,
+            ordering_key=ordering_key,
+            properties=properties,
+            event_timestamp=event_timestamp,
         )
 
     def flush(self) -> None:

@@ -1,0 +1,217 @@
+"""Durable cursors: each durable subscription's acknowledgement state, kept in one file per topic.
+
+`CursorStore.save` only records the state on the hub; the file is rewritten at most
+``flush_delay`` seconds later, by the writer thread, all subscriptions at once (a temporary file,
+synced, then renamed over the old one), so a crash leaves the previous version or the new one.
+Individually acknowledged ids are stored as ranges, so a run of acks costs two numbers.
+
+The file is JSON, for the benefit of whoever has to look at it::
+
+    {"format": 1, "subscriptions": {"sub": {"mark_delete": 41, "acked": [[43, 45], [50, 50]]}}}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import gevent.event
+
+from brokerlet.storage._io import StorageError
+from brokerlet.storage._segments import ReplaceFileJob, SegmentLog
+from brokerlet.storage._worker import HubWorker
+
+__all__ = ["CURSORS_FORMAT", "CursorState", "CursorStore", "load_cursors"]
+
+log = logging.getLogger(__name__)
+
+CURSORS_FORMAT = 1
+
+CursorState = tuple[int, tuple[int, ...]]
+"""``(mark_delete, individually acknowledged ids above it)``."""
+
+
+class CursorStore:
+    """The durable cursors of one topic's subscriptions.
+
+    Every method runs on the hub that opened the topic. Non-durable subscriptions (readers)
+    simply never call it.
+
+    Args:
+        path: the cursors file.
+        cursors: the state found on disk at open.
+        writer: the writer thread that rewrites the file.
+        ledger_log: the topic's ledger, synced before each rewrite so a durable cursor never
+            points past durable entries.
+        hub: the hub timers run on.
+        flush_delay: seconds a save may wait before it is written.
+        topic: for messages.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        cursors: dict[str, CursorState],
+        writer: HubWorker,
+        ledger_log: SegmentLog | None,
+        hub: Any,
+        flush_delay: float,
+        topic: str,
+    ) -> None:
+        self._path = path
+        self._cursors = cursors
+        self._encoded: dict[str, str] = {}  # JSON of cursors unchanged since the last write
+        self._writer = writer
+        self._ledger_log = ledger_log
+        self._topic = topic
+        self._dirty = False
+        self._timer = hub.loop.timer(flush_delay)
+        self._last_write: gevent.event.AsyncResult | None = None
+        self._closed = False
+
+    def subscriptions(self) -> list[str]:
+        """Names of the subscriptions with a saved cursor."""
+        return sorted(self._cursors)
+
+    def load(self, subscription: str) -> tuple[int, list[int]] | None:
+        """The saved ``(mark_delete, acked_ids)`` of ``subscription``, or None if none is."""
+        state = self._cursors.get(subscription)
+        if state is None:
+            return None
+        return state[0], list(state[1])
+
+    def save(self, subscription: str, mark_delete: int, acked_ids: Iterable[int] = ()) -> None:
+        """Record a subscription's cursor; it is written within ``flush_delay``.
+
+        Args:
+            mark_delete: every entry up to this id is acknowledged.
+            acked_ids: the acknowledged ids above ``mark_delete``; copied here, so the
+                caller may keep mutating its own set. The copy is O(n): save when the
+                cursor changes, not once per acknowledgement of a large set.
+        """
+        if self._closed:
+            log.debug("topic %r: cursor %r saved after close; ignored", self._topic, subscription)
+            return
+        self._cursors[subscription] = (mark_delete, tuple(acked_ids))
+        self._encoded.pop(subscription, None)
+        self._changed()
+
+    def delete(self, subscription: str) -> None:
+        """Forget a subscription's cursor (the subscription was deleted)."""
+        if self._closed or self._cursors.pop(subscription, None) is None:
+            return
+        self._encoded.pop(subscription, None)
+        self._changed()
+
+    def flush(self, timeout: float | None = 10.0) -> None:
+        """Write what was saved now and wait until it is durable. Call from a greenlet.
+
+        Raises:
+            StorageError: the write failed (it is retried at the next save or flush).
+            gevent.Timeout: not written within ``timeout`` seconds.
+        """
+        if self._dirty:
+            self._write()
+        pending = self._last_write
+        if pending is None:
+            return
+        error = pending.get(timeout=timeout)
+        if error is not None:
+            raise StorageError(
+                f"topic {self._topic!r}: cannot write cursors to {self._path}: {error}"
+            ) from error
+
+    def close(self) -> None:
+        """Write what is pending (without waiting) and refuse later saves."""
+        if self._closed:
+            return
+        if self._dirty:
+            self._write()
+        self._closed = True
+        self._timer.stop()
+        self._timer.close()
+
+    # On the hub.
+
+    def _changed(self) -> None:
+        self._dirty = True
+        if not self._timer.active:
+            self._timer.start(self._on_timer)
+
+    def _on_timer(self) -> None:
+        if self._dirty and not self._closed:
+            self._write()
+
+    def _write(self) -> None:
+        self._timer.stop()
+        self._dirty = False
+        data = self._encode()
+        done = gevent.event.AsyncResult()
+        self._last_write = done
+
+        def written(job: ReplaceFileJob) -> None:
+            done.set(job.error)
+            if job.error is not None:
+                log.warning(
+                    "topic %r: cannot write cursors (%s); will retry", self._topic, job.error
+                )
+                if not self._closed:
+                    self._changed()
+
+        self._writer.submit(ReplaceFileJob(self._path, data, self._ledger_log, written))
+
+    def _encode(self) -> bytes:
+        encoded = self._encoded
+        parts = []
+        for name, (mark_delete, acked) in self._cursors.items():
+            fragment = encoded.get(name)
+            if fragment is None:
+                fragment = json.dumps({"mark_delete": mark_delete, "acked": _ranges(acked)})
+                encoded[name] = fragment
+            parts.append(f"{json.dumps(name)}:{fragment}")
+        body = ",".join(parts)
+        return f'{{"format":{CURSORS_FORMAT},"subscriptions":{{{body}}}}}\n'.encode()
+
+
+def load_cursors(path: str, topic: str) -> dict[str, CursorState]:
+    """Read a cursors file; a missing file means no cursors yet.
+
+    Raises:
+        StorageError: the file is not a cursors file this version can read.
+    """
+    try:
+        with open(path, "rb") as file:
+            raw = file.read()
+    except FileNotFoundError:
+        return {}
+    try:
+        document = json.loads(raw)
+        if document["format"] != CURSORS_FORMAT:
+            raise StorageError(
+                f"topic {topic!r}: {path} has cursors format {document['format']}; "
+                f"this brokerlet reads format {CURSORS_FORMAT}"
+            )
+        cursors: dict[str, CursorState] = {}
+        for name, cursor in document["subscriptions"].items():
+            mark_delete = int(cursor["mark_delete"])
+            acked = [range(int(low), int(high) + 1) for low, high in cursor["acked"]]
+            cursors[str(name)] = (mark_delete, tuple(i for run in acked for i in run))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise StorageError(
+            f"topic {topic!r}: {path} is not a readable cursors file: {error}"
+        ) from error
+    return cursors
+
+
+def _ranges(ids: tuple[int, ...]) -> list[list[int]]:
+    """Runs of consecutive ids as ``[low, high]`` pairs; ``ids`` may come in any order."""
+    runs: list[list[int]] = []
+    for entry_id in sorted(ids):
+        if runs and entry_id <= runs[-1][1] + 1:
+            runs[-1][1] = max(runs[-1][1], entry_id)
+        else:
+            runs.append([entry_id, entry_id])
+    return runs

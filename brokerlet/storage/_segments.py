@@ -1,0 +1,410 @@
+"""The writer thread's side of the disk back-end: segment files, group commit and sync policy.
+
+Everything here runs on the writer thread (a `HubWorker`); the hub only builds jobs and reads
+their outcome in `Job.finish`. A `SegmentLog` is one ledger's write state (its open segment
+and next entry id) and is touched by the writer thread alone once the ledger is open.
+
+One pass of the writer takes every job queued since the last pass. Appends to the same ledger
+in a pass go out in one vectored write and, under `SyncPolicy.EVERY_BATCH`, one fdatasync; a
+ledger's writes in a pass always land in one segment, so a failure can be undone by cutting
+that segment back to where the pass started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from brokerlet.storage._io import FileOps, StorageError, write_all, write_file_atomically
+from brokerlet.storage._records import encode_segment_header, segment_name
+from brokerlet.storage._worker import Job
+from brokerlet.storage.ledger import NewEntry
+
+__all__ = [
+    "AppendJob",
+    "BarrierJob",
+    "CloseLogJob",
+    "DeleteFilesJob",
+    "LogWriter",
+    "ReplaceFileJob",
+    "SegmentLog",
+    "SyncPolicy",
+]
+
+log = logging.getLogger(__name__)
+
+
+class SyncPolicy(enum.Enum):
+    """When appended entries are forced to disk, and so what a crash can lose.
+
+    Killing the process never loses an acknowledged entry under any policy: the data is in the
+    kernel's page cache once written. The policies differ on power loss or a kernel crash.
+    """
+
+    EVERY_BATCH = "every_batch"
+    """fdatasync each pass of the writer before acknowledging it; loses nothing acknowledged."""
+
+    INTERVAL = "interval"
+    """Acknowledge after the write, fdatasync every interval; loses up to one interval."""
+
+    NEVER = "never"
+    """Acknowledge after the write, leave flushing to the OS; loses what the OS had not flushed.
+    Segments are still synced once when sealed, and cursors files are not synced."""
+
+
+@dataclass(eq=False, slots=True)
+class SegmentLog:
+    """One ledger's files as the writer thread sees them.
+
+    Attributes:
+        directory: the ledger's directory.
+        ledger_id: written into each segment header.
+        segment_bytes: a segment is sealed once it grows past this size.
+        next_id: id the next appended entry gets.
+        fd: the open (last) segment, or None before the first append.
+        base: first entry id of the open segment.
+        size: bytes of whole records in the open segment (where the next write goes).
+        dirty: written since the last sync.
+        closed: no more appends.
+        broken: a failed write that could not be undone; every later append fails with it.
+    """
+
+    directory: str
+    ledger_id: int
+    segment_bytes: int
+    next_id: int
+    fd: int | None = None
+    base: int = 0
+    size: int = 0
+    dirty: bool = False
+    closed: bool = False
+    broken: OSError | None = None
+
+
+class AppendJob(Job):
+    """Records to append to one ledger; the writer fills in where they went."""
+
+    __slots__ = (
+        "blob",
+        "callback",
+        "count",
+        "entries",
+        "first_id",
+        "log",
+        "offset",
+        "on_done",
+        "segment",
+        "sizes",
+    )
+
+    def __init__(
+        self,
+        log: SegmentLog,
+        blob: bytes,
+        *,
+        sizes: list[int],
+        entries: list[NewEntry],
+        callback: Callable[[int | BaseException], None],
+        on_done: Callable[[AppendJob], None],
+    ) -> None:
+        super().__init__()
+        self.log = log
+        self.blob = blob
+        self.sizes = sizes
+        self.count = len(sizes)
+        self.entries = entries
+        self.callback = callback
+        self.on_done = on_done
+        self.first_id = -1
+        self.segment = -1  # base id of the segment the records went to
+        self.offset = -1  # of the first record in that segment
+
+    def finish(self) -> None:
+        self.on_done(self)
+
+
+class ReplaceFileJob(Job):
+    """Atomically replace a small file (a cursors file), after syncing the ledger it refers to."""
+
+    __slots__ = ("data", "log", "on_done", "path")
+
+    def __init__(
+        self,
+        path: str,
+        data: bytes,
+        log: SegmentLog | None,
+        on_done: Callable[[ReplaceFileJob], None],
+    ) -> None:
+        super().__init__()
+        self.path = path
+        self.data = data
+        self.log = log
+        self.on_done = on_done
+
+    def finish(self) -> None:
+        self.on_done(self)
+
+
+class DeleteFilesJob(Job):
+    """Remove files (trimmed segments); failures are logged, not reported."""
+
+    __slots__ = ("paths",)
+
+    def __init__(self, paths: list[str]) -> None:
+        super().__init__()
+        self.paths = paths
+
+
+class CloseLogJob(Job):
+    """Sync and close a ledger's open segment; later appends to it fail."""
+
+    __slots__ = ("log", "on_done")
+
+    def __init__(self, log: SegmentLog, on_done: Callable[[], None]) -> None:
+        super().__init__()
+        self.log = log
+        self.on_done = on_done
+
+    def finish(self) -> None:
+        self.on_done()
+
+
+class BarrierJob(Job):
+    """Does nothing; finishes after every job submitted before it."""
+
+    __slots__ = ("on_done",)
+
+    def __init__(self, on_done: Callable[[], None]) -> None:
+        super().__init__()
+        self.on_done = on_done
+
+    def finish(self) -> None:
+        self.on_done()
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A ledger's appends in one pass, and where its open segment stood before them."""
+
+    jobs: list[AppendJob]
+    size: int = 0
+    next_id: int = 0
+    written: bool = False
+
+
+class LogWriter:
+    """The writer thread's processor: runs batches of jobs under a sync policy.
+
+    Args:
+        ops: the file system calls (replaceable in tests).
+        policy: when to sync appended records.
+        interval: seconds between syncs under `SyncPolicy.INTERVAL`.
+    """
+
+    def __init__(self, ops: FileOps, policy: SyncPolicy, interval: float) -> None:
+        self._ops = ops
+        self._policy = policy
+        self._interval = interval
+        self._dirty: dict[SegmentLog, None] = {}  # ordered set
+        self._last_sync = time.monotonic()
+
+    def deadline(self) -> float | None:
+        """Seconds until unsynced writes are due for a sync, or None if none are waiting."""
+        if self._policy is not SyncPolicy.INTERVAL or not self._dirty:
+            return None
+        return max(0.0, self._last_sync + self._interval - time.monotonic())
+
+    def process(self, jobs: list[Job]) -> None:
+        """Run one pass: appends to a ledger are grouped until a job of another kind."""
+        appends: dict[SegmentLog, _Pending] = {}
+        for job in jobs:
+            if isinstance(job, AppendJob):
+                pending = appends.get(job.log)
+                if pending is None:
+                    appends[job.log] = _Pending([job])
+                else:
+                    pending.jobs.append(job)
+                continue
+            if appends:
+                self._append(appends)
+                appends = {}
+            self._run_other(job)
+        if appends:
+            self._append(appends)
+        if self._policy is SyncPolicy.INTERVAL and self._dirty and self.deadline() == 0.0:
+            self._sync_dirty()
+
+    # Appends.
+
+    def _append(self, appends: dict[SegmentLog, _Pending]) -> None:
+        for segment_log, pending in appends.items():
+            error = self._write(segment_log, pending)
+            if error is not None:
+                _fail(pending.jobs, error)
+        if self._policy is SyncPolicy.EVERY_BATCH:
+            for segment_log, pending in appends.items():
+                if pending.written:
+                    self._sync_batch(segment_log, pending)
+        else:
+            for segment_log, pending in appends.items():
+                if pending.written:
+                    segment_log.dirty = True
+                    self._dirty[segment_log] = None
+
+    def _write(self, segment_log: SegmentLog, pending: _Pending) -> Exception | None:
+        if segment_log.closed:
+            return StorageError(f"ledger {segment_log.ledger_id} is closed")
+        if segment_log.broken is not None:
+            return segment_log.broken
+        if segment_log.fd is None or (
+            segment_log.size >= segment_log.segment_bytes and segment_log.next_id > segment_log.base
+        ):
+            try:
+                self._roll(segment_log)
+            except OSError as error:
+                return error
+        assert segment_log.fd is not None
+        pending.size = start = segment_log.size
+        pending.next_id = next_id = segment_log.next_id
+        try:
+            end = write_all(self._ops, segment_log.fd, [job.blob for job in pending.jobs], start)
+        except OSError as error:
+            self._cut(segment_log, start)
+            return error
+        offset = start
+        for job in pending.jobs:
+            job.first_id = next_id
+            job.segment = segment_log.base
+            job.offset = offset
+            next_id += job.count
+            offset += len(job.blob)
+        segment_log.size = end
+        segment_log.next_id = next_id
+        pending.written = True
+        return None
+
+    def _sync_batch(self, segment_log: SegmentLog, pending: _Pending) -> None:
+        assert segment_log.fd is not None
+        try:
+            self._ops.sync(segment_log.fd)
+        except OSError as error:
+            # What the failed sync covered is in doubt: take it back and report it failed.
+            log.error("ledger %d: sync failed: %s", segment_log.ledger_id, error)
+            self._cut(segment_log, pending.size)
+            segment_log.size = pending.size
+            segment_log.next_id = pending.next_id
+            _fail(pending.jobs, error)
+
+    def _cut(self, segment_log: SegmentLog, size: int) -> None:
+        """Drop a failed write's bytes, so that no half-written record survives a restart."""
+        assert segment_log.fd is not None
+        try:
+            self._ops.truncate(segment_log.fd, size)
+        except OSError as error:
+            log.error(
+                "ledger %d: cannot undo a failed write (%s); refusing further appends",
+                segment_log.ledger_id,
+                error,
+            )
+            segment_log.broken = error
+
+    def _roll(self, segment_log: SegmentLog) -> None:
+        """Seal the open segment (synced, whatever the policy) and start the next one."""
+        ops = self._ops
+        old_fd = segment_log.fd
+        if old_fd is not None and segment_log.dirty:
+            ops.sync(old_fd)
+            segment_log.dirty = False
+            self._dirty.pop(segment_log, None)
+        base = segment_log.next_id
+        path = os.path.join(segment_log.directory, segment_name(base))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            header = encode_segment_header(segment_log.ledger_id, base)
+            write_all(ops, fd, [header], 0)
+            if self._policy is not SyncPolicy.NEVER:
+                ops.sync(fd)
+                ops.sync_dir(segment_log.directory)
+        except BaseException:
+            os.close(fd)
+            _remove(path)
+            raise
+        if old_fd is not None:
+            os.close(old_fd)
+        segment_log.fd = fd
+        segment_log.base = base
+        segment_log.size = len(header)
+
+    def _sync_dirty(self) -> None:
+        for segment_log in self._dirty:
+            if segment_log.fd is None:
+                continue
+            try:
+                self._ops.sync(segment_log.fd)
+            except OSError as error:
+                # Already acknowledged: the entries are readable but may not survive power loss.
+                log.error("ledger %d: periodic sync failed: %s", segment_log.ledger_id, error)
+            segment_log.dirty = False
+        self._dirty.clear()
+        self._last_sync = time.monotonic()
+
+    # Everything else.
+
+    def _run_other(self, job: Job) -> None:
+        if isinstance(job, ReplaceFileJob):
+            self._replace_file(job)
+        elif isinstance(job, DeleteFilesJob):
+            for path in job.paths:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+                except OSError as error:
+                    log.warning("cannot remove %s: %s", path, error)
+        elif isinstance(job, CloseLogJob):
+            self._close(job.log)
+
+    def _replace_file(self, job: ReplaceFileJob) -> None:
+        durable = self._policy is not SyncPolicy.NEVER
+        try:
+            segment_log = job.log
+            if durable and segment_log is not None and segment_log.dirty:
+                # A durable cursor must never point past durable entries: after a power loss
+                # new entries would reuse those ids and count as acknowledged.
+                assert segment_log.fd is not None
+                self._ops.sync(segment_log.fd)
+                segment_log.dirty = False
+                self._dirty.pop(segment_log, None)
+            write_file_atomically(self._ops, job.path, job.data, sync=durable)
+        except OSError as error:
+            job.error = error
+
+    def _close(self, segment_log: SegmentLog) -> None:
+        segment_log.closed = True
+        fd = segment_log.fd
+        if fd is None:
+            return
+        segment_log.fd = None
+        self._dirty.pop(segment_log, None)
+        try:
+            if segment_log.dirty:
+                self._ops.sync(fd)
+        except OSError as error:
+            log.error("ledger %d: sync at close failed: %s", segment_log.ledger_id, error)
+        finally:
+            os.close(fd)
+
+
+def _fail(jobs: list[AppendJob], error: BaseException) -> None:
+    for job in jobs:
+        job.error = error
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)

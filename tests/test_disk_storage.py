@@ -1,0 +1,806 @@
+"""The disk storage back-end: ledgers in segment files, durable cursors, recovery, failures.
+
+Tests run on the gevent hub of the main thread; storage threads are real OS threads, so
+hooks in `FileOps` subclasses run on the writer thread and coordinate through
+`threading` primitives.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import gevent
+import gevent.event
+import pytest
+
+from brokerlet.storage import (
+    Cursor,
+    DiskLedger,
+    DiskStorage,
+    Entry,
+    FileOps,
+    NewEntry,
+    StorageError,
+    SyncPolicy,
+)
+from brokerlet.storage._records import RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE
+from brokerlet.transport.protocol import crc32c
+
+TOPIC = "persistent://public/default/orders"
+WAIT = 5.0
+
+
+def new_entry(data: bytes, num_messages: int = 1) -> NewEntry:
+    return NewEntry(data, crc32c(data), num_messages)
+
+
+def payload(index: int) -> bytes:
+    return f"message-{index}-".encode() * (1 + index % 5)
+
+
+def append(ledger: DiskLedger, datas: Sequence[bytes]) -> int:
+    """Append and wait for the callback; return the first id (raise what the callback got)."""
+    result = gevent.event.AsyncResult()
+    ledger.append([new_entry(d) for d in datas], result.set)
+    outcome = result.get(timeout=WAIT)
+    if isinstance(outcome, BaseException):
+        raise outcome
+    assert isinstance(outcome, int)
+    return outcome
+
+
+def append_outcome(ledger: DiskLedger, datas: Sequence[bytes]) -> int | BaseException:
+    result = gevent.event.AsyncResult()
+    ledger.append([new_entry(d) for d in datas], result.set)
+    outcome: int | BaseException = result.get(timeout=WAIT)
+    return outcome
+
+
+def read(
+    ledger: DiskLedger, start: int, max_entries: int = 1000, max_bytes: int = 0
+) -> list[Entry]:
+    result = gevent.event.AsyncResult()
+    ledger.read(start, max_entries, max_bytes, result.set)
+    outcome = result.get(timeout=WAIT)
+    assert isinstance(outcome, list), outcome
+    return outcome
+
+
+def read_ids(ledger: DiskLedger, ids: Sequence[int]) -> list[Entry]:
+    result = gevent.event.AsyncResult()
+    ledger.read_ids(ids, result.set)
+    outcome = result.get(timeout=WAIT)
+    assert isinstance(outcome, list), outcome
+    return outcome
+
+
+def read_all(ledger: DiskLedger) -> list[Entry]:
+    """Every entry, following segment boundaries (a disk read stops at one)."""
+    entries: list[Entry] = []
+    position = ledger.first_entry_id
+    while position <= ledger.last_entry_id:
+        chunk = read(ledger, position)
+        assert chunk, f"no progress at {position}"
+        entries.extend(chunk)
+        position = chunk[-1].entry_id + 1
+    return entries
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = WAIT) -> bool:
+    """Let the hub run until ``condition`` holds (for state set on another thread)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        gevent.sleep(0.002)
+    return True
+
+
+def segment_files(data_dir: Path) -> list[Path]:
+    return sorted(data_dir.glob("topics/*/*.seg"))
+
+
+class RecordingOps(FileOps):
+    """File calls with switches: count syncs, hold a sync, fail writes as a full disk would."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.syncs = 0
+        self.writes: list[str] = []  # file name of each write
+        self.events: list[tuple[str, str]] = []  # ("write" or "sync", file name)
+        self.hold_sync: threading.Event | None = None  # while set to an unset Event, syncs wait
+        self.sync_entered = threading.Event()
+        self.full = False
+        self.short_write_once = False
+        self.write_errno: int | None = None
+        self.free: int | None = None
+
+    def write(self, fd: int, buffers: Sequence[bytes], offset: int) -> int:
+        name = _file_name(fd)
+        with self.lock:
+            self.writes.append(name)
+            self.events.append(("write", name))
+        if self.write_errno is not None:
+            raise OSError(self.write_errno, os.strerror(self.write_errno))
+        if self.short_write_once and name.endswith(".seg"):
+            # Half the data makes it to the file, then the disk is full.
+            self.short_write_once = False
+            self.full = True
+            data = b"".join(bytes(b) for b in buffers)
+            return os.pwrite(fd, data[: len(data) // 2], offset)
+        if self.full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(fd, buffers, offset)
+
+    def sync(self, fd: int) -> None:
+        with self.lock:
+            self.syncs += 1
+            self.events.append(("sync", _file_name(fd)))
+        self.sync_entered.set()
+        hold = self.hold_sync
+        if hold is not None:
+            assert hold.wait(WAIT), "test never released the sync"
+        super().sync(fd)
+
+    def free_bytes(self, path: str) -> int:
+        return super().free_bytes(path) if self.free is None else self.free
+
+    def seg_writes(self) -> int:
+        with self.lock:
+            return sum(1 for name in self.writes if name.endswith(".seg"))
+
+
+def _file_name(fd: int) -> str:
+    return os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+
+
+@pytest.fixture
+def ops() -> RecordingOps:
+    return RecordingOps()
+
+
+@pytest.fixture
+def open_storage(tmp_path: Path, ops: RecordingOps) -> Iterator[Callable[..., DiskStorage]]:
+    """Opens storages on ``tmp_path/data`` (with ``ops``); closes any left open."""
+    opened: list[DiskStorage] = []
+
+    def factory(**options: object) -> DiskStorage:
+        options.setdefault("file_ops", ops)
+        options.setdefault("min_free_bytes", 0)
+        storage = DiskStorage(tmp_path / "data", **options)  # type: ignore[arg-type]
+        opened.append(storage)
+        return storage
+
+    yield factory
+    for storage in opened:
+        storage.close()
+
+
+# Appending and reading.
+
+
+def test_round_trip_from_cache_and_from_disk(open_storage: Callable[..., DiskStorage]) -> None:
+    storage = open_storage(cache_bytes=0)
+    ledger, _ = storage.open_topic(TOPIC)
+    assert (ledger.first_entry_id, ledger.last_entry_id) == (0, -1)
+    datas = [payload(i) for i in range(10)] + [b""]
+    assert append(ledger, datas[:4]) == 0
+    assert append(ledger, datas[4:]) == 4
+    assert ledger.last_entry_id == 10
+
+    entries = read(ledger, 0)  # the cache holds nothing: this comes from the file
+    assert [e.data for e in entries] == datas
+    assert [e.entry_id for e in entries] == list(range(11))
+    assert all(e.ledger_id == ledger.ledger_id for e in entries)
+    assert all(e.checksum == crc32c(e.data) and e.num_messages == 1 for e in entries)
+    assert [e.entry_id for e in read_ids(ledger, [7, 2, 99, 9])] == [7, 2, 9]
+    threads: list[int] = []
+    result = gevent.event.AsyncResult()
+    ledger.read(5, 1, 0, lambda entries: (threads.append(threading.get_ident()), result.set(0)))
+    result.get(timeout=WAIT)
+    assert threads == [threading.get_ident()]  # read on the reader thread, delivered on the hub
+
+    # Byte limits count data only and always return at least one entry.
+    first_two = len(datas[3]) + len(datas[4])
+    assert [e.entry_id for e in read(ledger, 3, 10, first_two)] == [3, 4]
+    assert [e.entry_id for e in read(ledger, 3, 10, 1)] == [3]
+    assert read(ledger, 11) == []
+
+
+def test_round_trip_from_tail_cache_is_immediate(open_storage: Callable[..., DiskStorage]) -> None:
+    storage = open_storage()
+    ledger, _ = storage.open_topic(TOPIC)
+    append(ledger, [payload(i) for i in range(5)])
+    seen: list[object] = []
+    ledger.read(1, 3, 0, seen.append)  # served from memory before read() returns
+    assert len(seen) == 1
+    entries = seen[0]
+    assert isinstance(entries, list)
+    assert [e.data for e in entries] == [payload(i) for i in range(1, 4)]
+
+
+def test_num_messages_and_checksum_survive_restart(
+    open_storage: Callable[..., DiskStorage],
+) -> None:
+    storage = open_storage()
+    ledger, _ = storage.open_topic(TOPIC)
+    result = gevent.event.AsyncResult()
+    ledger.append([new_entry(b"a batch of seven", 7)], result.set)
+    assert result.get(timeout=WAIT) == 0
+    storage.close()
+
+    ledger, _ = open_storage().open_topic(TOPIC)
+    (stored,) = read(ledger, 0)
+    assert (stored.data, stored.num_messages, stored.checksum) == (
+        b"a batch of seven",
+        7,
+        crc32c(b"a batch of seven"),
+    )
+
+
+# Group commit, threads and ordering.
+
+
+def test_concurrent_appends_share_one_sync(
+    open_storage: Callable[..., DiskStorage], ops: RecordingOps
+) -> None:
+    ledger, _ = open_storage().open_topic(TOPIC)
+    append(ledger, [b"first"])  # creates the segment
+    hold = threading.Event()
+    ops.hold_sync = hold
+    ops.sync_entered.clear()
+    syncs_before, writes_before = ops.syncs, ops.seg_writes()
+
+    results: list[int | BaseException] = []
+    all_done = gevent.event.Event()
+    count = 50
+
+    def done(result: int | BaseException) -> None:
+        results.append(result)
+        if len(results) == count:
+            all_done.set()
+
+    ledger.append([new_entry(b"leader")], done)
+    assert ops.sync_entered.wait(WAIT)  # the writer is now inside the leader's sync
+    for index in range(count - 1):
+        ledger.append([new_entry(payload(index))], done)
+    gevent.sleep(0.01)  # the hub keeps running while the sync is held ...
+    assert results == []  # ... and nothing is acknowledged before its sync
+    hold.set()
+    assert all_done.wait(WAIT)
+
+    assert results == list(range(1, count + 1))
+    # One write and one sync for the leader, one of each for the 49 that queued behind it.
+    assert ops.syncs - syncs_before == 2
+    assert ops.seg_writes() - writes_before == 2
+
+
+def test_callbacks_run_on_hub_thread_in_append_order(
+    open_storage: Callable[..., DiskStorage],
+) -> None:
+    ledger, _ = open_storage().open_topic(TOPIC)
+    hub_thread = threading.get_ident()
+    calls: list[tuple[int, int, int | BaseException]] = []  # (submission index, thread, result)
+    finished = gevent.event.Event()
+    total = 4 * 40
+
+    def producer(number: int) -> None:
+        for index in range(40):
+            position = number * 1000 + index
+
+            def done(result: int | BaseException, position: int = position) -> None:
+                calls.append((position, threading.get_ident(), result))
+                if len(calls) == total:
+                    finished.set()
+
+            submitted.append(position)
+            ledger.append([new_entry(payload(index)), new_entry(b"x")], done)
+            if index % 7 == 0:
+                gevent.sleep(0)
+
+    submitted: list[int] = []
+    gevent.joinall([gevent.spawn(producer, n) for n in range(4)], timeout=WAIT)
+    assert finished.wait(WAIT)
+    assert {thread for _, thread, _ in calls} == {hub_thread}
+    assert [position for position, _, _ in calls] == submitted
+    assert [result for _, _, result in calls] == list(range(0, 2 * total, 2))
+
+
+def test_interval_policy_acknowledges_before_the_sync(
+    open_storage: Callable[..., DiskStorage], ops: RecordingOps
+) -> None:
+    ledger, _ = open_storage(sync_policy="interval", sync_interval_ms=20).open_topic(TOPIC)
+    append(ledger, [b"opens the segment"])
+    syncs = ops.syncs
+    hold = threading.Event()
+    ops.hold_sync = hold
+    try:
+        append(ledger, [b"acknowledged once written"])  # returns although syncs are held
+    finally:
+        hold.set()
+    assert wait_until(lambda: ops.syncs > syncs)  # and the periodic sync follows
+
+
+def test_never_policy_does_not_sync_appends(
+    open_storage: Callable[..., DiskStorage], ops: RecordingOps
+) -> None:
+    storage = open_storage(sync_policy=SyncPolicy.NEVER)
+    ledger, _ = storage.open_topic(TOPIC)
+    syncs = ops.syncs  # creating the topic's files was synced
+    for index in range(20):
+        append(ledger, [payload(index)])
+    storage.flush()
+    assert ops.syncs == syncs
+
+
+# Restart and recovery.
+
+
+def test_restart_continues_entry_and_ledger_ids(open_storage: Callable[..., DiskStorage]) -> None:
+    storage = open_storage()
+    ledger, _ = storage.open_topic(TOPIC)
+    other, _ = storage.open_topic("persistent://public/default/other")
+    append(ledger, [payload(i) for i in range(5)])
+    first_ledger_id, other_ledger_id = ledger.ledger_id, other.ledger_id
+    assert other_ledger_id > first_ledger_id
+    storage.close()
+
+    storage = open_storage()
+    assert storage.topics() == sorted([TOPIC, "persistent://public/default/other"])
+    ledger, _ = storage.open_topic(TOPIC)
+    assert ledger.ledger_id == first_ledger_id
+    assert (ledger.first_entry_id, ledger.last_entry_id) == (0, 4)
+    assert append(ledger, [b"after restart"]) == 5
+    newest, _ = storage.open_topic("persistent://public/default/newest")
+    assert newest.ledger_id > other_ledger_id
+    assert [e.data for e in read_all(ledger)] == [*(payload(i) for i in range(5)), b"after restart"]
+
+
+def test_open_topic_twice_gives_the_same_ledger_and_reopens_after_close(
+    open_storage: Callable[..., DiskStorage],
+) -> None:
+    storage = open_storage()
+    ledger, cursors = storage.open_topic(TOPIC)
+    assert storage.open_topic(TOPIC) == (ledger, cursors)
+    append(ledger, [b"one", b"two"])
+    ledger.close()
+    reopened, _ = storage.open_topic(TOPIC)
+    assert reopened is not ledger
+    assert [e.data for e in read(reopened, 0)] == [b"one", b"two"]
+    assert append(reopened, [b"three"]) == 2
+
+
+def _last_record(data_dir: Path) -> tuple[Path, int, int]:
+    """The last segment, and the offset and size of its last record."""
+    path = segment_files(data_dir)[-1]
+    raw = path.read_bytes()
+    position = SEGMENT_HEADER_SIZE
+    last = position
+    while position < len(raw):
+        last = position
+        position += RECORD_HEADER_SIZE + int.from_bytes(raw[position : position + 4], "little")
+    return path, last, position - last
+
+
+@pytest.mark.parametrize("damage", ["truncate", "scribble", "garbage", "huge length"])
+def test_torn_tail_is_cut_and_logged(
+    open_storage: Callable[..., DiskStorage],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    damage: str,
+) -> None:
+    storage = open_storage()
+    ledger, _ = storage.open_topic(TOPIC)
+    datas = [payload(i) for i in range(8)]
+    append(ledger, datas)
+    storage.close()
+
+    path, offset, size = _last_record(tmp_path / "data")
+    raw = bytearray(path.read_bytes())
+    if damage == "truncate":
+        del raw[offset + size - 3 :]
+    elif damage == "scribble":
+        raw[offset + RECORD_HEADER_SIZE + 2] ^= 0xFF
+    elif damage == "garbage":
+        raw += b"\x07\x00"  # a record header cut short
+    else:
+        raw[offset : offset + 4] = (1 << 30).to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+    survivors = datas if damage == "garbage" else datas[:-1]
+
+    with caplog.at_level(logging.WARNING, logger="brokerlet.storage"):
+        storage = open_storage()
+        ledger, _ = storage.open_topic(TOPIC)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert path.name in warnings[0].getMessage()
+    assert f"after entry {len(survivors) - 1}" in warnings[0].getMessage()
+
+    assert ledger.last_entry_id == len(survivors) - 1
+    assert [e.data for e in read_all(ledger)] == survivors
+    assert append(ledger, [b"next"]) == len(survivors)
+    storage.close()
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="brokerlet.storage"):
+        ledger, _ = open_storage().open_topic(TOPIC)  # the cut was made durable: no repeat
+    assert caplog.records == []
+    assert [e.data for e in read_all(ledger)] == [*survivors, b"next"]
+
+
+def test_damage_in_a_sealed_segment_keeps_what_precedes_it(
+    open_storage: Callable[..., DiskStorage], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    storage = open_storage(segment_bytes=256)
+    ledger, _ = storage.open_topic(TOPIC)
+    for index in range(12):
+        append(ledger, [bytes([index]) * 100])
+    storage.close()
+    first, second, *_ = segment_files(tmp_path / "data")
+    raw = bytearray(first.read_bytes())
+    second_record = SEGMENT_HEADER_SIZE + RECORD_HEADER_SIZE + 100
+    raw[second_record + RECORD_HEADER_SIZE + 10] ^= 0x01
+    first.write_bytes(bytes(raw))
+
+    with caplog.at_level(logging.ERROR, logger="brokerlet.storage"):
+        ledger, _ = open_storage(segment_bytes=256).open_topic(TOPIC)
+    assert any("checksum mismatch" in r.getMessage() for r in caplog.records)
+    assert [e.data for e in read_all(ledger)] == [bytes([0]) * 100]
+    assert (second.parent / (second.name + ".dropped")).exists()  # set aside, not deleted
+    assert append(ledger, [b"continues"]) == 1
+
+
+# Retention.
+
+
+def test_trim_deletes_whole_segments_and_frees_disk(
+    open_storage: Callable[..., DiskStorage], tmp_path: Path
+) -> None:
+    storage = open_storage(segment_bytes=1024)
+    ledger, _ = storage.open_topic(TOPIC)
+    for index in range(40):
+        append(ledger, [bytes([index]) * 200])
+    files_before = segment_files(tmp_path / "data")
+    used_before = sum(path.stat().st_size for path in files_before)
+    assert len(files_before) >= 8
+
+    ledger.trim(30)
+    storage.flush()  # deletions run on the writer thread
+    files_after = segment_files(tmp_path / "data")
+    used_after = sum(path.stat().st_size for path in files_after)
+    assert used_after < used_before / 3
+    assert ledger.first_entry_id == 31
+    assert [e.entry_id for e in read(ledger, 0, 3)] == [31, 32, 33]
+    assert read_ids(ledger, [3, 35]) == read_ids(ledger, [35])
+    # Only segments wholly at or below 30 went; the one holding 31 stayed.
+    bases = [int(path.stem) for path in files_after]
+    assert bases[0] <= 31 < (bases[1] if len(bases) > 1 else 40)
+    storage.close()
+
+    ledger, _ = open_storage(segment_bytes=1024).open_topic(TOPIC)
+    assert ledger.first_entry_id == bases[0]
+    assert ledger.last_entry_id == 39
+
+
+# Cursors.
+
+
+def test_cursors_round_trip_through_restart(open_storage: Callable[..., DiskStorage]) -> None:
+    storage = open_storage()
+    _, cursors = storage.open_topic(TOPIC)
+    cursor = Cursor(9)
+    for entry_id in (12, 13, 14, 20, 10):
+        cursor.ack(entry_id)
+    cursors.save("shared-sub", cursor.mark_delete, cursor.acked_ids())
+    cursors.save("gone", 3)
+    cursors.save("exclusive-sub", 41)
+    cursors.flush()
+    cursors.delete("gone")
+    storage.close()
+
+    _, cursors = open_storage().open_topic(TOPIC)
+    assert cursors.subscriptions() == ["exclusive-sub", "shared-sub"]
+    assert cursors.load("shared-sub") == (10, [12, 13, 14, 20])
+    assert cursors.load("exclusive-sub") == (41, [])
+    assert cursors.load("gone") is None
+    saved = cursors.load("shared-sub")
+    assert saved is not None
+    restored = Cursor.restore(*saved)
+    assert [restored.is_acked(i) for i in range(9, 22)] == [
+        cursor.is_acked(i) for i in range(9, 22)
+    ]
+
+
+def test_cursor_saves_are_batched_within_the_delay(
+    open_storage: Callable[..., DiskStorage], ops: RecordingOps, tmp_path: Path
+) -> None:
+    _, cursors = open_storage(cursor_flush_ms=50).open_topic(TOPIC)
+
+    def cursor_writes() -> int:
+        with ops.lock:
+            return sum(1 for name in ops.writes if name == "cursors.tmp")
+
+    saved_at = time.monotonic()
+    for mark_delete in range(100):
+        cursors.save("sub", mark_delete, [mark_delete + 2])
+    assert cursor_writes() == 0  # nothing written on the caller's stack
+    assert wait_until(lambda: cursor_writes() >= 1)
+    assert time.monotonic() - saved_at < 2.0
+    cursors.flush()  # nothing is pending any more, so this waits without writing
+    assert cursor_writes() == 1
+    files = list((tmp_path / "data").glob("topics/*/cursors"))
+    document = json.loads(files[0].read_text())
+    assert document["subscriptions"]["sub"] == {"mark_delete": 99, "acked": [[101, 101]]}
+
+
+def test_cursor_file_is_replaced_atomically(
+    open_storage: Callable[..., DiskStorage], ops: RecordingOps, tmp_path: Path
+) -> None:
+    storage = open_storage()
+    _, cursors = storage.open_topic(TOPIC)
+    cursors.save("sub", 5, [7])
+    cursors.flush()
+    (cursor_file,) = (tmp_path / "data").glob("topics/*/cursors")
+
+    ops.write_errno = errno.ENOSPC  # the next rewrite fails part-way
+    cursors.save("sub", 50, [52])
+    with pytest.raises(StorageError, match="cannot write cursors"):
+        cursors.flush()
+    assert json.loads(cursor_file.read_text())["subscriptions"]["sub"] == {
+        "mark_delete": 5,
+        "acked": [[7, 7]],
+    }
+    assert not cursor_file.with_name("cursors.tmp").exists()
+
+    ops.write_errno = None
+    cursors.flush()  # the failed state is still pending and goes out now
+    storage.close()
+    _, cursors = open_storage().open_topic(TOPIC)
+    assert cursors.load("sub") == (50, [52])
+
+
+def test_leftover_temporary_cursor_file_is_ignored(
+    open_storage: Callable[..., DiskStorage], tmp_path: Path
+) -> None:
+    storage = open_storage()
+    _, cursors = storage.open_topic(TOPIC)
+    cursors.save("sub", 5, [7])
+    storage.close()
+    (topic_dir,) = (tmp_path / "data").glob("topics/*/")
+    (topic_dir / "cursors.tmp").write_bytes(b'{"format": 1, "subscr')  # died mid-rewrite
+
+    _, cursors = open_storage().open_topic(TOPIC)
+    assert cursors.load("sub") == (5, [7])
+    cursors.save("sub", 6)
+    cursors.flush()
+    saved = json.loads((topic_dir / "cursors").read_text())["subscriptions"]["sub"]
+    assert saved["mark_delete"] == 6
+
+
+def test_cursor_write_syncs_the_entries_it_may_refer_to(
+    open_storage: Callable[..., DiskStorage], ops: RecordingOps
+) -> None:
+    # Under the interval policy an entry is acknowledged before it is synced. A cursor that
+    # acknowledges it must not become durable first: after a power loss the entry's id would
+    # be handed out again and the new entry would count as acknowledged.
+    storage = open_storage(sync_policy="interval", sync_interval_ms=60_000)
+    ledger, cursors = storage.open_topic(TOPIC)
+    first = append(ledger, [b"consumed and acked"])
+    with ops.lock:
+        ops.events.clear()
+    cursors.save("sub", first)
+    cursors.flush()
+    with ops.lock:
+        events = list(ops.events)
+    segment_sync = next(i for i, (op, name) in enumerate(events) if name.endswith(".seg"))
+    cursor_write = events.index(("write", "cursors.tmp"))
+    assert events[segment_sync][0] == "sync"
+    assert segment_sync < cursor_write
+
+
+# Failures.
+
+
+def test_disk_full_fails_appends_and_keeps_everything_acknowledged(
+    open_storage: Callable[..., DiskStorage], ops: RecordingOps, caplog: pytest.LogCaptureFixture
+) -> None:
+    storage = open_storage()
+    ledger, _ = storage.open_topic(TOPIC)
+    append(ledger, [payload(i) for i in range(5)])
+
+    ops.short_write_once = True  # half a group reaches the file, then ENOSPC
+    outcomes = [append_outcome(ledger, [b"lost-a", b"lost-b"]), append_outcome(ledger, [b"c"])]
+    for outcome in outcomes:
+        assert isinstance(outcome, StorageError)
+        assert "disk full" in str(outcome)
+        assert isinstance(outcome.__cause__, OSError)
+        assert outcome.__cause__.errno == errno.ENOSPC
+    assert ledger.last_entry_id == 4
+    assert [e.data for e in read(ledger, 0)] == [payload(i) for i in range(5)]
+
+    storage.close()
+
+    ops.full = False  # space is back
+    with caplog.at_level(logging.WARNING, logger="brokerlet.storage"):
+        storage = open_storage()
+        ledger, _ = storage.open_topic(TOPIC)
+    assert caplog.records == []  # the half-written group was taken back, not left as a tail
+    assert ledger.last_entry_id == 4  # and "lost-a" (written whole) did not come back
+    assert append(ledger, [b"after"]) == 5
+    assert [e.data for e in read_all(ledger)] == [*(payload(i) for i in range(5)), b"after"]
+
+
+def test_failed_sync_fails_the_group(
+    open_storage: Callable[..., DiskStorage], ops: RecordingOps
+) -> None:
+    class FailingSync(RecordingOps):
+        fail = False
+
+        def sync(self, fd: int) -> None:
+            if self.fail:
+                raise OSError(errno.EIO, "I/O error")
+            super().sync(fd)
+
+    failing = FailingSync()
+    storage = open_storage(file_ops=failing)
+    ledger, _ = storage.open_topic(TOPIC)
+    append(ledger, [b"kept"])
+    failing.fail = True
+    assert isinstance(append_outcome(ledger, [b"in doubt"]), StorageError)
+    failing.fail = False
+    assert append(ledger, [b"next"]) == 1
+    storage.close()
+    ledger, _ = open_storage(file_ops=failing).open_topic(TOPIC)
+    assert [e.data for e in read_all(ledger)] == [b"kept", b"next"]
+
+
+def test_incompatible_format_stops_start_up(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "FORMAT").write_text("brokerlet-storage 99\n")
+    with pytest.raises(StorageError, match="storage format 99"):
+        DiskStorage(data, min_free_bytes=0)
+
+
+def test_foreign_directory_stops_start_up(tmp_path: Path) -> None:
+    (tmp_path / "holiday.jpg").write_bytes(b"\xff\xd8")
+    with pytest.raises(StorageError, match="not a brokerlet data directory"):
+        DiskStorage(tmp_path, min_free_bytes=0)
+
+
+def test_unwritable_directory_stops_start_up(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(StorageError, match=r"unusable|not writable"):
+        DiskStorage(blocker / "data", min_free_bytes=0)
+
+    data = tmp_path / "data"
+    if os.geteuid() == 0:
+        # Root ignores permission bits; have the probe write refused instead.
+        denied = RecordingOps()
+        denied.write_errno = errno.EACCES
+        with pytest.raises(StorageError, match="not writable"):
+            DiskStorage(data, min_free_bytes=0, file_ops=denied)
+    else:
+        data.mkdir()
+        data.chmod(0o500)
+        try:
+            with pytest.raises(StorageError, match="not writable"):
+                DiskStorage(data, min_free_bytes=0)
+        finally:
+            data.chmod(0o700)
+
+
+def test_full_disk_stops_start_up(tmp_path: Path) -> None:
+    nearly_full = RecordingOps()
+    nearly_full.free = 4096
+    with pytest.raises(StorageError, match="disk full"):
+        DiskStorage(tmp_path / "a", min_free_bytes=1 << 20, file_ops=nearly_full)
+    full = RecordingOps()
+    full.full = True
+    with pytest.raises(StorageError, match="disk full"):
+        DiskStorage(tmp_path / "b", min_free_bytes=0, file_ops=full)
+
+
+def test_a_data_directory_is_used_by_one_storage_at_a_time(
+    open_storage: Callable[..., DiskStorage],
+) -> None:
+    open_storage()
+    with pytest.raises(StorageError, match="in use"):
+        open_storage()
+
+
+# Crash.
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    import gevent, gevent.event
+    from brokerlet.storage import DiskStorage, NewEntry
+    from brokerlet.transport.protocol import crc32c
+
+    def data(producer, seq):
+        return f"p{producer}-s{seq}-".encode() * (1 + seq % 7)
+
+    storage = DiskStorage(sys.argv[1], sys.argv[2], segment_bytes=32 * 1024, min_free_bytes=0)
+    ledger, _ = storage.open_topic("persistent://public/default/crash")
+
+    def producer(number):
+        seq = 0
+        while True:
+            done = gevent.event.AsyncResult()
+            batch = [data(number, seq + k) for k in range(3)]
+            ledger.append([NewEntry(d, crc32c(d), 1) for d in batch], done.set)
+            first = done.get()
+            sys.stdout.write(f"{first} {number} {seq}\\n")
+            sys.stdout.flush()
+            seq += 3
+
+    gevent.joinall([gevent.spawn(producer, n) for n in range(4)])
+    """
+)
+
+
+@pytest.mark.parametrize("policy", ["every_batch", "never"])
+def test_every_acknowledged_entry_survives_sigkill(tmp_path: Path, policy: str) -> None:
+    seed = random.randrange(1 << 30)
+    wanted = random.Random(seed).randint(50, 600)
+    data_dir = tmp_path / "data"
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(data_dir), policy],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None
+    acknowledged: list[tuple[int, int, int]] = []
+    buffered = b""
+    deadline = time.monotonic() + 20
+    try:
+        while len(acknowledged) < wanted:
+            ready, _, _ = select.select([child.stdout], [], [], 1.0)
+            assert time.monotonic() < deadline, f"child too slow (seed {seed})"
+            if not ready:
+                assert child.poll() is None, child.stderr.read() if child.stderr else ""
+                continue
+            chunk = os.read(child.stdout.fileno(), 65536)
+            assert chunk, child.stderr.read() if child.stderr else "child exited"
+            buffered += chunk
+            *lines, buffered = buffered.split(b"\n")
+            for line in lines:
+                first, producer, seq = map(int, line.split())
+                acknowledged.append((first, producer, seq))
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(WAIT)
+        child.stdout.close()
+        if child.stderr is not None:
+            child.stderr.close()
+    assert child.returncode == -signal.SIGKILL
+
+    storage = DiskStorage(data_dir, min_free_bytes=0)
+    try:
+        ledger, _ = storage.open_topic("persistent://public/default/crash")
+        highest = max(first for first, _, _ in acknowledged) + 2
+        assert ledger.last_entry_id >= highest, f"seed {seed}"
+        for first, producer, seq in acknowledged:
+            stored = read_ids(ledger, [first, first + 1, first + 2])
+            expected = [f"p{producer}-s{s}-".encode() * (1 + s % 7) for s in range(seq, seq + 3)]
+            assert [e.data for e in stored] == expected, f"entry {first} (seed {seed})"
+        assert len(read_all(ledger)) == ledger.last_entry_id + 1  # consecutive, no holes
+    finally:
+        storage.close()
