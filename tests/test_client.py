@@ -173,9 +173,17 @@ class ScriptedBroker:
                         self.payloads.append(frame.payload)
                     self._changed.set()
                     if command.type == T.CONNECT:
-                        send(sock, T(type=T.CONNECTED, connected=pb.CommandConnected(
-                            server_version="scripted", protocol_version=20,
-                            max_message_size=5 * 1024 * 1024)))
+                        send(
+                            sock,
+                            T(
+                                type=T.CONNECTED,
+                                connected=pb.CommandConnected(
+                                    server_version="scripted",
+                                    protocol_version=20,
+                                    max_message_size=5 * 1024 * 1024,
+                                ),
+                            ),
+                        )
                     handler = self.handlers.get(command.type)
                     if handler is not None:
                         handler(self, sock, command)
@@ -194,9 +202,12 @@ def send(sock: Any, command: pb.BaseCommand) -> None:
 def metadata_answer(partitions: int) -> Callable[[ScriptedBroker, Any, pb.BaseCommand], None]:
     def answer(_broker: ScriptedBroker, sock: Any, command: pb.BaseCommand) -> None:
         response = pb.CommandPartitionedTopicMetadataResponse(
-            request_id=command.partitioned_metadata.request_id, partitions=partitions,
-            response=pb.CommandPartitionedTopicMetadataResponse.Success)
+            request_id=command.partitioned_metadata.request_id,
+            partitions=partitions,
+            response=pb.CommandPartitionedTopicMetadataResponse.Success,
+        )
         send(sock, T(type=T.PARTITIONED_METADATA_RESPONSE, partitioned_metadata_response=response))
+
     return answer
 
 
@@ -205,30 +216,46 @@ def lookup_answer(
 ) -> Callable[[ScriptedBroker, Any, pb.BaseCommand], None]:
     def answer(_broker: ScriptedBroker, sock: Any, command: pb.BaseCommand) -> None:
         response = pb.CommandLookupTopicResponse(
-            request_id=command.lookup.request_id, response=kind,  # type: ignore[arg-type]
-            broker_service_url=url(), authoritative=True)
+            request_id=command.lookup.request_id,
+            response=kind,  # type: ignore[arg-type]
+            broker_service_url=url(),
+            authoritative=True,
+        )
         send(sock, T(type=T.LOOKUP_RESPONSE, lookup_response=response))
+
     return answer
 
 
 def producer_answer(_broker: ScriptedBroker, sock: Any, command: pb.BaseCommand) -> None:
     request = command.producer
-    send(sock, T(type=T.PRODUCER_SUCCESS, producer_success=pb.CommandProducerSuccess(
-        request_id=request.request_id, producer_name=request.producer_name or "scripted-0",
-        last_sequence_id=-1)))
+    send(
+        sock,
+        T(
+            type=T.PRODUCER_SUCCESS,
+            producer_success=pb.CommandProducerSuccess(
+                request_id=request.request_id,
+                producer_name=request.producer_name or "scripted-0",
+                last_sequence_id=-1,
+            ),
+        ),
+    )
 
 
 def success_answer(field: str) -> Callable[[ScriptedBroker, Any, pb.BaseCommand], None]:
     def answer(_broker: ScriptedBroker, sock: Any, command: pb.BaseCommand) -> None:
         request_id = getattr(command, field).request_id
         send(sock, T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request_id)))
+
     return answer
 
 
 def receipt_answer(_broker: ScriptedBroker, sock: Any, command: pb.BaseCommand) -> None:
     request = command.send
-    sock.sendall(encode_send_receipt(request.producer_id, request.sequence_id,
-                                     request.sequence_id, 9, request.sequence_id))
+    sock.sendall(
+        encode_send_receipt(
+            request.producer_id, request.sequence_id, request.sequence_id, 9, request.sequence_id
+        )
+    )
 
 
 @pytest.fixture
@@ -266,8 +293,13 @@ def test_round_trip_keeps_keys_properties_and_timestamps(client: Client, topic: 
     consumer = client.subscribe(topic, "sub")
     producer = client.create_producer(topic, producer_name="round-trip")
     before = int(time.time() * 1000)
-    sent = producer.send(b"hello", partition_key="key-1", ordering_key=b"order-1",
-                         properties={"a": "1", "b": "2"}, event_timestamp=1234)
+    sent = producer.send(
+        b"hello",
+        partition_key="key-1",
+        ordering_key=b"order-1",
+        properties={"a": "1", "b": "2"},
+        event_timestamp=1234,
+    )
     plain = producer.send(b"plain")
 
     first, second = receive_n(consumer, 2)
@@ -302,10 +334,12 @@ def test_short_topic_names_are_expanded(client: Client) -> None:
 def test_shared_consumers_get_disjoint_sets_covering_every_message(
     client: Client, topic: str
 ) -> None:
-    first = client.subscribe(topic, "shared", consumer_type=ConsumerType.Shared,
-                             receiver_queue_size=10)
-    second = client.subscribe(topic, "shared", consumer_type=ConsumerType.Shared,
-                              receiver_queue_size=10)
+    first = client.subscribe(
+        topic, "shared", consumer_type=ConsumerType.Shared, receiver_queue_size=10
+    )
+    second = client.subscribe(
+        topic, "shared", consumer_type=ConsumerType.Shared, receiver_queue_size=10
+    )
     producer = client.create_producer(topic)
     expected = {b"m%d" % i for i in range(60)}
     for body in sorted(expected):
@@ -331,16 +365,40 @@ def test_shared_consumers_get_disjoint_sets_covering_every_message(
     assert nothing_more(second)
 
 
+def test_shared_prefers_the_lowest_priority_level_with_permits(client: Client, topic: str) -> None:
+    high = client.subscribe(
+        topic, "prio", consumer_type=ConsumerType.Shared, receiver_queue_size=6, priority_level=0
+    )
+    low = client.subscribe(
+        topic, "prio", consumer_type=ConsumerType.Shared, receiver_queue_size=50, priority_level=1
+    )
+    producer = client.create_producer(topic)
+    for i in range(6):
+        producer.send(b"%d" % i)
+    # Level 0 has permits for all six: level 1 gets nothing.
+    assert nothing_more(low)
+    # Level 0's queue is full and unread, so it has no permits: level 1 takes what follows.
+    for i in range(6, 10):
+        producer.send(b"%d" % i)
+    assert sorted(m.data() for m in receive_n(low, 4)) == [b"%d" % i for i in range(6, 10)]
+    assert sorted(m.data() for m in receive_n(high, 6)) == [b"%d" % i for i in range(6)]
+
+
 def test_batched_producer_messages_arrive_split_with_batch_indexes(
     client: Client, topic: str
 ) -> None:
     consumer = client.subscribe(topic, "sub")
-    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=4,
-                                      batching_max_publish_delay_ms=1000)
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_messages=4, batching_max_publish_delay_ms=1000
+    )
     receipts: list[tuple[PulsarError | None, MessageId | None]] = []
     for i in range(10):
-        producer.send_async(b"b%d" % i, lambda error, mid: receipts.append((error, mid)),
-                            properties={"i": str(i)}, partition_key=f"k{i}")
+        producer.send_async(
+            b"b%d" % i,
+            lambda error, mid: receipts.append((error, mid)),
+            properties={"i": str(i)},
+            partition_key=f"k{i}",
+        )
     producer.flush()  # the last two would otherwise wait for the 1 s delay
 
     messages = receive_n(consumer, 10)
@@ -382,8 +440,9 @@ def test_a_batch_is_acked_only_when_all_its_messages_are(client: Client, topic: 
 
 def test_batches_flush_on_the_delay_timer(client: Client, topic: str) -> None:
     consumer = client.subscribe(topic, "sub")
-    producer = client.create_producer(topic, batching_enabled=True,
-                                      batching_max_publish_delay_ms=20)
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_publish_delay_ms=20
+    )
     done = gevent.event.AsyncResult()
     producer.send_async(b"lonely", lambda error, mid: done.set((error, mid)))
 
@@ -395,8 +454,7 @@ def test_batches_flush_on_the_delay_timer(client: Client, topic: str) -> None:
 
 
 def test_sync_send_with_batching_returns_batch_index(client: Client, topic: str) -> None:
-    producer = client.create_producer(topic, batching_enabled=True,
-                                      batching_max_publish_delay_ms=1)
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=1)
     first = producer.send(b"a")
     second = producer.send(b"b")
 
@@ -405,8 +463,9 @@ def test_sync_send_with_batching_returns_batch_index(client: Client, topic: str)
 
 
 def test_negative_ack_is_redelivered_with_redelivery_count_one(client: Client, topic: str) -> None:
-    consumer = client.subscribe(topic, "sub", consumer_type=ConsumerType.Shared,
-                                negative_ack_redelivery_delay_ms=100)
+    consumer = client.subscribe(
+        topic, "sub", consumer_type=ConsumerType.Shared, negative_ack_redelivery_delay_ms=100
+    )
     producer = client.create_producer(topic)
     sent = producer.send(b"retry me")
     producer.send(b"fine")
@@ -669,10 +728,12 @@ def test_lookup_follows_redirects_to_partitions_on_another_broker(
 ) -> None:
     # service -> Redirect(authoritative) -> second -> Connect -> brokerlet, for 3 partitions
     second = ScriptedBroker({T.LOOKUP: lookup_answer(lambda: broker.service_url)})
-    service = ScriptedBroker({
-        T.PARTITIONED_METADATA: metadata_answer(3),
-        T.LOOKUP: lookup_answer(lambda: second.url, pb.CommandLookupTopicResponse.Redirect),
-    })
+    service = ScriptedBroker(
+        {
+            T.PARTITIONED_METADATA: metadata_answer(3),
+            T.LOOKUP: lookup_answer(lambda: second.url, pb.CommandLookupTopicResponse.Redirect),
+        }
+    )
     scripted.extend([service, second])
     client = Client(service.url, operation_timeout_seconds=WAIT)
     try:
@@ -701,9 +762,18 @@ def test_lookup_follows_redirects_to_partitions_on_another_broker(
 
 def test_an_error_inside_a_lookup_answer_is_raised(scripted: list[ScriptedBroker]) -> None:
     def refuse(_broker: ScriptedBroker, sock: Any, command: pb.BaseCommand) -> None:
-        send(sock, T(type=T.LOOKUP_RESPONSE, lookup_response=pb.CommandLookupTopicResponse(
-            request_id=command.lookup.request_id, response=pb.CommandLookupTopicResponse.Failed,
-            error=pb.TopicNotFound, message="no such topic")))
+        send(
+            sock,
+            T(
+                type=T.LOOKUP_RESPONSE,
+                lookup_response=pb.CommandLookupTopicResponse(
+                    request_id=command.lookup.request_id,
+                    response=pb.CommandLookupTopicResponse.Failed,
+                    error=pb.TopicNotFound,
+                    message="no such topic",
+                ),
+            ),
+        )
 
     service = ScriptedBroker({T.PARTITIONED_METADATA: metadata_answer(0), T.LOOKUP: refuse})
     scripted.append(service)
@@ -732,7 +802,10 @@ def test_send_frames_carry_metadata_and_checksum(scripted: list[ScriptedBroker])
         assert payload.checksum_ok
         assert payload.entry.endswith(b"body")
         assert (metadata.producer_name, metadata.sequence_id, metadata.partition_key) == (
-            "named", 0, "pk")
+            "named",
+            0,
+            "pk",
+        )
         assert not metadata.HasField("num_messages_in_batch")
         assert [(kv.key, kv.value) for kv in metadata.properties] == [("p", "v")]
         assert (command.send.sequence_id, command.send.num_messages) == (0, 1)
@@ -777,8 +850,9 @@ def test_a_full_pending_queue_blocks_until_there_is_room(scripted: list[Scripted
     endpoint = self_serving(scripted)  # never answers SEND: room comes from send timeouts
     client = Client(endpoint.url, operation_timeout_seconds=0.2)
     try:
-        producer = client.create_producer("t", max_pending_messages=1, block_if_queue_full=True,
-                                          send_timeout_millis=100)
+        producer = client.create_producer(
+            "t", max_pending_messages=1, block_if_queue_full=True, send_timeout_millis=100
+        )
         events: list[str] = []
         producer.send_async(b"1", lambda error, mid: events.append(f"1 {type(error).__name__}"))
         blocked = gevent.spawn(producer.send_async, b"2", lambda error, mid: None)
@@ -798,8 +872,15 @@ def test_producer_re_registers_and_resends_when_the_broker_closes_it(
 ) -> None:
     def close_first_send(endpoint: ScriptedBroker, sock: Any, command: pb.BaseCommand) -> None:
         if len(endpoint.commands(T.SEND)) == 1:  # drop the first attempt, answer the resend
-            send(sock, T(type=T.CLOSE_PRODUCER, close_producer=pb.CommandCloseProducer(
-                producer_id=command.send.producer_id, request_id=999)))
+            send(
+                sock,
+                T(
+                    type=T.CLOSE_PRODUCER,
+                    close_producer=pb.CommandCloseProducer(
+                        producer_id=command.send.producer_id, request_id=999
+                    ),
+                ),
+            )
         else:
             receipt_answer(endpoint, sock, command)
 
@@ -828,18 +909,25 @@ def test_consumer_resubscribes_after_losing_its_connection(
     scripted: list[ScriptedBroker],
 ) -> None:
     def subscribe(endpoint: ScriptedBroker, sock: Any, command: pb.BaseCommand) -> None:
-        send(sock, T(type=T.SUCCESS, success=pb.CommandSuccess(
-            request_id=command.subscribe.request_id)))
+        send(
+            sock,
+            T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=command.subscribe.request_id)),
+        )
 
     def flow(endpoint: ScriptedBroker, sock: Any, command: pb.BaseCommand) -> None:
         if len(endpoint.commands(T.FLOW)) == 1:
             sock.shutdown(gevent.socket.SHUT_RDWR)  # drop the first connection
             return
         entry = build_entry(
-            pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"pushed")
-        message = T(type=T.MESSAGE, message=pb.CommandMessage(
-            consumer_id=command.flow.consumer_id,
-            message_id=pb.MessageIdData(ledger_id=3, entry_id=4)))
+            pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"pushed"
+        )
+        message = T(
+            type=T.MESSAGE,
+            message=pb.CommandMessage(
+                consumer_id=command.flow.consumer_id,
+                message_id=pb.MessageIdData(ledger_id=3, entry_id=4),
+            ),
+        )
         sock.sendall(encode_payload_command(message, entry, checksum=crc32c(entry)))
 
     endpoint = self_serving(scripted, {T.SUBSCRIBE: subscribe, T.FLOW: flow})
@@ -861,20 +949,30 @@ def test_consumer_resubscribes_after_losing_its_connection(
 
 def subscribe_then_push(endpoint: ScriptedBroker, sock: Any, command: pb.BaseCommand) -> None:
     """SUBSCRIBE handler: succeed, then push one message (3:4) to the new consumer."""
-    send(sock, T(type=T.SUCCESS, success=pb.CommandSuccess(
-        request_id=command.subscribe.request_id)))
-    entry = build_entry(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1),
-                        b"pushed")
-    message = T(type=T.MESSAGE, message=pb.CommandMessage(
-        consumer_id=command.subscribe.consumer_id,
-        message_id=pb.MessageIdData(ledger_id=3, entry_id=4)))
+    send(
+        sock, T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=command.subscribe.request_id))
+    )
+    entry = build_entry(
+        pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"pushed"
+    )
+    message = T(
+        type=T.MESSAGE,
+        message=pb.CommandMessage(
+            consumer_id=command.subscribe.consumer_id,
+            message_id=pb.MessageIdData(ledger_id=3, entry_id=4),
+        ),
+    )
     sock.sendall(encode_payload_command(message, entry, checksum=crc32c(entry)))
 
 
 @pytest.mark.parametrize(
     ("consumer_type", "expected_ids"),
-    [(ConsumerType.Shared, [(3, 4)]), (ConsumerType.KeyShared, [(3, 4)]),
-     (ConsumerType.Exclusive, []), (ConsumerType.Failover, [])],
+    [
+        (ConsumerType.Shared, [(3, 4)]),
+        (ConsumerType.KeyShared, [(3, 4)]),
+        (ConsumerType.Exclusive, []),
+        (ConsumerType.Failover, []),
+    ],
 )
 def test_negative_acks_carry_ids_only_for_shared_types(
     scripted: list[ScriptedBroker], consumer_type: ConsumerType, expected_ids: list[Any]
@@ -882,8 +980,9 @@ def test_negative_acks_carry_ids_only_for_shared_types(
     endpoint = self_serving(scripted, {T.SUBSCRIBE: subscribe_then_push})
     client = Client(endpoint.url, operation_timeout_seconds=WAIT)
     try:
-        consumer = client.subscribe("t", "sub", consumer_type=consumer_type,
-                                    negative_ack_redelivery_delay_ms=10)
+        consumer = client.subscribe(
+            "t", "sub", consumer_type=consumer_type, negative_ack_redelivery_delay_ms=10
+        )
         consumer.negative_acknowledge(consumer.receive(int(WAIT * 1000)))
 
         redeliver = endpoint.wait_for_command(T.REDELIVER_UNACKNOWLEDGED_MESSAGES)
@@ -901,13 +1000,20 @@ def test_a_corrupt_message_is_discarded_and_acked_with_the_reason(
     scripted: list[ScriptedBroker],
 ) -> None:
     def push_corrupt(endpoint: ScriptedBroker, sock: Any, command: pb.BaseCommand) -> None:
-        send(sock, T(type=T.SUCCESS, success=pb.CommandSuccess(
-            request_id=command.subscribe.request_id)))
-        entry = build_entry(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1),
-                            b"pushed")
-        message = T(type=T.MESSAGE, message=pb.CommandMessage(
-            consumer_id=command.subscribe.consumer_id,
-            message_id=pb.MessageIdData(ledger_id=3, entry_id=4)))
+        send(
+            sock,
+            T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=command.subscribe.request_id)),
+        )
+        entry = build_entry(
+            pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"pushed"
+        )
+        message = T(
+            type=T.MESSAGE,
+            message=pb.CommandMessage(
+                consumer_id=command.subscribe.consumer_id,
+                message_id=pb.MessageIdData(ledger_id=3, entry_id=4),
+            ),
+        )
         sock.sendall(encode_payload_command(message, entry, checksum=crc32c(entry) ^ 1))
 
     endpoint = self_serving(scripted, {T.SUBSCRIBE: push_corrupt})
@@ -929,10 +1035,13 @@ def test_a_corrupt_message_is_discarded_and_acked_with_the_reason(
 @pytest.mark.parametrize("codec", ["zlib", "lz4"])
 def test_compressed_messages(scripted: list[ScriptedBroker], codec: str) -> None:
     def push_compressed(endpoint: ScriptedBroker, sock: Any, command: pb.BaseCommand) -> None:
-        send(sock, T(type=T.SUCCESS, success=pb.CommandSuccess(
-            request_id=command.subscribe.request_id)))
-        metadata = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1,
-                                      uncompressed_size=9)
+        send(
+            sock,
+            T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=command.subscribe.request_id)),
+        )
+        metadata = pb.MessageMetadata(
+            producer_name="p", sequence_id=0, publish_time=1, uncompressed_size=9
+        )
         if codec == "zlib":
             metadata.compression = pb.ZLIB
             body = zlib.compress(b"zzzzzzzzz")
@@ -940,9 +1049,13 @@ def test_compressed_messages(scripted: list[ScriptedBroker], codec: str) -> None
             metadata.compression = pb.LZ4
             body = b"not really lz4"
         entry = build_entry(metadata, body)
-        message = T(type=T.MESSAGE, message=pb.CommandMessage(
-            consumer_id=command.subscribe.consumer_id,
-            message_id=pb.MessageIdData(ledger_id=3, entry_id=4)))
+        message = T(
+            type=T.MESSAGE,
+            message=pb.CommandMessage(
+                consumer_id=command.subscribe.consumer_id,
+                message_id=pb.MessageIdData(ledger_id=3, entry_id=4),
+            ),
+        )
         sock.sendall(encode_payload_command(message, entry, checksum=crc32c(entry)))
 
     endpoint = self_serving(scripted, {T.SUBSCRIBE: push_compressed})
@@ -966,16 +1079,27 @@ def test_batch_messages_the_broker_marks_acked_are_skipped(
     def push_partly_acked_batch(
         endpoint: ScriptedBroker, sock: Any, command: pb.BaseCommand
     ) -> None:
-        send(sock, T(type=T.SUCCESS, success=pb.CommandSuccess(
-            request_id=command.subscribe.request_id)))
-        batch = encode_batch([(pb.SingleMessageMetadata(payload_size=2), b"m%d" % i)
-                              for i in range(3)])
-        entry = build_entry(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1,
-                                               num_messages_in_batch=3), batch)
-        message = T(type=T.MESSAGE, message=pb.CommandMessage(
-            consumer_id=command.subscribe.consumer_id,
-            message_id=pb.MessageIdData(ledger_id=3, entry_id=4),
-            ack_set=[0b101]))  # message 1 was acked already
+        send(
+            sock,
+            T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=command.subscribe.request_id)),
+        )
+        batch = encode_batch(
+            [(pb.SingleMessageMetadata(payload_size=2), b"m%d" % i) for i in range(3)]
+        )
+        entry = build_entry(
+            pb.MessageMetadata(
+                producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=3
+            ),
+            batch,
+        )
+        message = T(
+            type=T.MESSAGE,
+            message=pb.CommandMessage(
+                consumer_id=command.subscribe.consumer_id,
+                message_id=pb.MessageIdData(ledger_id=3, entry_id=4),
+                ack_set=[0b101],
+            ),
+        )  # message 1 was acked already
         sock.sendall(encode_payload_command(message, entry, checksum=crc32c(entry)))
 
     endpoint = self_serving(scripted, {T.SUBSCRIBE: push_partly_acked_batch})
@@ -986,7 +1110,9 @@ def test_batch_messages_the_broker_marks_acked_are_skipped(
         first, second = receive_n(consumer, 2)
 
         assert [(m.data(), m.message_id().batch_index) for m in (first, second)] == [
-            (b"m0", 0), (b"m2", 2)]
+            (b"m0", 0),
+            (b"m2", 2),
+        ]
         assert nothing_more(consumer, 50)
         # Both delivered messages acked: the entry is acked, with no index left out.
         consumer.close()
@@ -1015,8 +1141,7 @@ def test_broker_pings_are_answered(scripted: list[ScriptedBroker]) -> None:
 
 def test_an_idle_client_pings_and_drops_a_silent_broker(scripted: list[ScriptedBroker]) -> None:
     endpoint = self_serving(scripted)  # never answers PING
-    client = Client(endpoint.url, operation_timeout_seconds=WAIT,
-                    keep_alive_interval_seconds=0.1)
+    client = Client(endpoint.url, operation_timeout_seconds=WAIT, keep_alive_interval_seconds=0.1)
     try:
         client.get_topic_partitions("t")
         endpoint.wait_for_command(T.PING)
@@ -1030,8 +1155,7 @@ def test_an_answered_keep_alive_keeps_the_connection(scripted: list[ScriptedBrok
         send(sock, T(type=T.PONG, pong=pb.CommandPong()))
 
     endpoint = self_serving(scripted, {T.PING: pong})
-    client = Client(endpoint.url, operation_timeout_seconds=WAIT,
-                    keep_alive_interval_seconds=0.05)
+    client = Client(endpoint.url, operation_timeout_seconds=WAIT, keep_alive_interval_seconds=0.05)
     try:
         client.get_topic_partitions("t")
         endpoint.wait_for_command(T.PING, count=5)
@@ -1087,8 +1211,7 @@ def test_java_string_hash_matches_java() -> None:
     assert java_string_hash("") == 0
     assert java_string_hash("hello") == 99162322
     assert java_string_hash("polygenelubricants") == -2147483648 & 0x7FFFFFFF
-    assert java_string_hash("\u00e9\U0001f600") == (
-        (0xE9 * 31 + 0xD83D) * 31 + 0xDE00) & 0x7FFFFFFF
+    assert java_string_hash("\u00e9\U0001f600") == ((0xE9 * 31 + 0xD83D) * 31 + 0xDE00) & 0x7FFFFFFF
 
 
 def test_service_urls_are_parsed() -> None:

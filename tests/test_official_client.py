@@ -297,3 +297,4 @@ def test_seek_by_publish_time_is_refused_clearly(client: pulsar.Client, topic: s
     consumer = client.subscribe(topic, "seeker")
     with pytest.raises(pulsar.PulsarException):
         consumer.seek(int(time.time() * 1000))
+

@@ -289,6 +289,7 @@ class Dispatcher:
                 raise
         consumer.attach(self.total_permits, self.gate)
         self.consumers.append(consumer)
+        self.consumers.sort(key=lambda c: c.priority)  # stable: joining order within a level
         if self.sub_type in (EXCLUSIVE, FAILOVER):
             self._pick_active()
         log.debug("%s: added %r", self, consumer)
@@ -607,12 +608,21 @@ class Dispatcher:
             if active is not None and _available(active):
                 return active
             return None
+        # Shared: round-robin over the available consumers of the lowest priority level
+        # that has any (Pulsar's priorityLevel; usually every consumer is at level 0).
         consumers = self.consumers
         size = len(consumers)
+        level = None
+        if consumers and consumers[0].priority != consumers[-1].priority:
+            level = min((c.priority for c in consumers if _available(c)), default=None)
+            if level is None:
+                return None
+        start = self._next_index
         for step in range(size):
-            consumer = consumers[(self._next_index + step) % size]
-            if _available(consumer):
-                self._next_index = (self._next_index + step + 1) % size
+            index = (start + step) % size
+            consumer = consumers[index]
+            if (level is None or consumer.priority == level) and _available(consumer):
+                self._next_index = (index + 1) % size
                 return consumer
         return None
 
