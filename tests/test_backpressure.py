@@ -7,8 +7,10 @@ use a real broker and a consumer whose socket is not read, with small kernel buf
 
 from __future__ import annotations
 
+import json
 import random
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -273,6 +275,27 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         time.sleep(0.005)  # polling the broker's stats from the test thread
 
 
+def assert_http_stats_show_the_paused_consumer(broker: Broker) -> None:
+    """What an operator sees: the same consumer over HTTP, and in Prometheus metrics."""
+    base = broker.web_service_url
+    assert base is not None
+    url = f"{base}/admin/v2/persistent/public/default/paused-socket/stats"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        stats = json.load(response)
+    (consumer,) = stats["subscriptions"]["s"]["consumers"]
+    assert consumer["writable"] is False
+    assert consumer["pendingOutboundBytes"] > 0
+    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
+        metrics = response.read().decode()
+    writable = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("brokerlet_consumer_writable{") and "paused-socket" in line
+    ]
+    assert len(writable) == 1
+    assert writable[0].rstrip().endswith(" 0.0"), writable
+
+
 @pytest.mark.parametrize("gated", [True, False], ids=["gated", "ungated"])
 def test_a_paused_consumer_socket_stops_dispatch_and_resuming_delivers_everything(
     gated: bool, monkeypatch: pytest.MonkeyPatch
@@ -306,6 +329,7 @@ def test_a_paused_consumer_socket_stops_dispatch_and_resuming_delivers_everythin
                 consumed = PERMITS - held["availablePermits"]
                 assert not held["writable"]
                 assert held["writabilityChanges"] >= 1
+                assert_http_stats_show_the_paused_consumer(broker)
                 high = broker.settings.high_watermark
                 bounded = (
                     consumed <= at_flip["msgOutCounter"] + READ_BATCH
