@@ -1,31 +1,25 @@
 """Produce and end-to-end throughput through the official ``pulsar-client``, in client processes.
 
 A run puts N producers and one Shared consumer on a fresh topic, each in a process of its own
-(see :mod:`bench.load_client`), against a broker in yet another; this process only coordinates.
-It starts the workers, waits until every one is connected, releases them together with one
-event, and collects their reports through pipes. Each payload starts with its send time
-(``monotonic_ns``, one clock machine-wide on Linux), so the consumer measures end-to-end latency
-to the microsecond instead of trusting the millisecond publish timestamp.
+(see :mod:`bench.load_client`), against a broker in yet another; this process only coordinates
+(see :mod:`bench.workers`): it starts the workers, waits until every one is connected, releases
+them together with one event, and collects their reports through pipes. Each payload starts
+with its send time (``monotonic_ns``, one clock machine-wide on Linux), so the consumer measures
+end-to-end latency to the microsecond instead of trusting the millisecond publish timestamp.
 """
 
 from __future__ import annotations
 
 import math
 import multiprocessing
-import time
 import uuid
 from array import array
-from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from multiprocessing.context import SpawnContext, SpawnProcess
-from multiprocessing.synchronize import Event
 
 import psutil
 
 from bench.load_client import (
     MESSAGE_SIZE,
-    READY,
     ConsumerJob,
     ConsumerReport,
     ProducerJob,
@@ -33,12 +27,21 @@ from bench.load_client import (
     run_consumer,
     run_producer,
 )
+from bench.workers import (
+    SETUP_TIMEOUT,
+    Collected,
+    Worker,
+    close_all,
+    drive,
+    percentile,
+    rate,
+    share_of_core,
+    shares,
+)
 
 __all__ = ["DEFAULT_PRODUCERS", "MESSAGE_SIZE", "MODES", "Mode", "RunResult", "run_once"]
 
 DEFAULT_PRODUCERS = 2
-SETUP_TIMEOUT = 60.0  # seconds for every worker to start, import the client and connect
-STOP_GRACE = 10.0  # seconds a worker gets to report or exit once told to stop
 
 
 @dataclass(frozen=True)
@@ -115,58 +118,6 @@ class RunResult:
     error: str | None = None
 
 
-class _Worker:
-    """A client process and the reading end of the pipe it reports through."""
-
-    def __init__(
-        self,
-        context: SpawnContext,
-        name: str,
-        target: Callable[..., None],
-        args: tuple[object, ...],
-    ) -> None:
-        self.name = name
-        self.reports, child_end = context.Pipe(duplex=False)
-        self.process: SpawnProcess = context.Process(
-            target=target, args=(*args, child_end), name=f"bench-{name}", daemon=True
-        )
-        self.process.start()
-        # Only the child holds the writing end now, so its exit reads as EOF here.
-        child_end.close()
-
-    def receive(self, deadline: float) -> object:
-        """The next thing the worker sent, waiting until ``deadline`` (``time.monotonic``).
-
-        Raises:
-            _NoReportError: Nothing came in time, or the worker exited without a word.
-        """
-        connection: Connection = self.reports
-        if not connection.poll(max(0.0, deadline - time.monotonic())):
-            raise _NoReportError(f"the {self.name} sent nothing in time")
-        try:
-            return connection.recv()
-        except EOFError:
-            self.process.join(STOP_GRACE)
-            raise _NoReportError(
-                f"the {self.name} exited without reporting (exit code {self.process.exitcode})"
-            ) from None
-
-    def close(self) -> None:
-        """Wait for the process to end, terminating (then killing) it if it does not."""
-        self.process.join(STOP_GRACE)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(STOP_GRACE)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
-        self.reports.close()
-
-
-class _NoReportError(Exception):
-    """A worker did not send what the bench waited for."""
-
-
 def run_once(
     service_url: str,
     mode: Mode,
@@ -192,78 +143,30 @@ def run_once(
     context = multiprocessing.get_context("spawn")
     start = context.Event()
     stop = context.Event()
-    workers: list[_Worker] = []
+    workers: list[Worker] = []
     try:
         consumer_job = ConsumerJob(service_url, topic, "bench", messages, SETUP_TIMEOUT)
-        workers.append(_Worker(context, "consumer", run_consumer, (consumer_job, start, stop)))
-        for index, share in enumerate(_shares(messages, producers)):
+        workers.append(Worker(context, "consumer", run_consumer, (consumer_job, start, stop)))
+        for index, share in enumerate(shares(messages, producers)):
             job = ProducerJob(service_url, topic, share, mode.batching, mode.max_pending,
                               SETUP_TIMEOUT)
-            workers.append(_Worker(context, f"producer {index + 1}", run_producer, (job, start)))
-        return _drive(mode, messages, timeout, workers[0], workers[1:], start, stop, broker)
+            workers.append(Worker(context, f"producer {index + 1}", run_producer, (job, start)))
+        collected = drive(workers[1:], workers[:1], start, stop, timeout, broker)
+        return _result(mode, messages, producers, collected)
     finally:
         stop.set()
-        for worker in workers:
-            worker.close()
+        close_all(workers)
 
 
-def _drive(
-    mode: Mode,
-    messages: int,
-    timeout: float,
-    consumer: _Worker,
-    producers: list[_Worker],
-    start: Event,
-    stop: Event,
-    broker: psutil.Process | None,
-) -> RunResult:
-    """Release the workers together, collect their reports and compute the figures."""
-    ready_by = time.monotonic() + SETUP_TIMEOUT
-    try:
-        for worker in [consumer, *producers]:
-            greeting = worker.receive(ready_by)
-            if greeting != READY:
-                error = f"the {worker.name} failed to connect: {_error_of(greeting)}"
-                return RunResult(mode.name, len(producers), messages, error=error)
-    except _NoReportError as silence:
-        return RunResult(mode.name, len(producers), messages, error=f"{silence} while connecting")
-
-    broker_cpu_start = _cpu_seconds(broker)
-    machine_cpu_start = _machine_busy_seconds()
-    started = time.monotonic()
-    start.set()
-    done_by = started + timeout
-    producer_reports: list[ProducerReport] = []
-    errors: list[str] = []
-    for worker in producers:
-        try:
-            report = worker.receive(done_by)
-        except _NoReportError as silence:
-            errors.append(str(silence))
-            continue
-        assert isinstance(report, ProducerReport)
-        producer_reports.append(report)
-        if report.error is not None:
-            errors.append(f"{worker.name}: {report.error}")
-    if errors:
-        stop.set()
-    try:
-        consumer_report = consumer.receive(done_by)
-    except _NoReportError:
-        stop.set()
-        try:
-            consumer_report = consumer.receive(time.monotonic() + STOP_GRACE)
-        except _NoReportError as silence:
-            error = "; ".join([*errors, str(silence)])
-            return RunResult(mode.name, len(producers), messages, error=error)
-    finished = time.monotonic()
-    broker_cpu = _cpu_seconds(broker) - broker_cpu_start
-    machine_cpu = _machine_busy_seconds() - machine_cpu_start
-    assert isinstance(consumer_report, ConsumerReport)
-    if consumer_report.error is not None:
-        errors.append(f"consumer: {consumer_report.error}")
-    return _figures(mode, messages, producer_reports, consumer_report, broker_cpu, machine_cpu,
-                    finished - started, "; ".join(errors) or None)
+def _result(mode: Mode, messages: int, producers: int, collected: Collected) -> RunResult:
+    """The run's figures, or only its error when the consumer's report is missing."""
+    if collected.setup_error is not None:
+        return RunResult(mode.name, producers, messages, error=collected.setup_error)
+    if not collected.consumers:
+        return RunResult(mode.name, producers, messages, error="; ".join(collected.errors))
+    return _figures(mode, messages, collected.producers, collected.consumers[0],
+                    collected.broker_cpu_s, collected.machine_cpu_s, collected.elapsed_s,
+                    "; ".join(collected.errors) or None)
 
 
 def _figures(
@@ -293,15 +196,15 @@ def _figures(
         messages=messages,
         sent=sent,
         received=consumer.received,
-        produce_rate=_rate(sent, first_send_ns, last_completion_ns) if all_acknowledged
+        produce_rate=rate(sent, first_send_ns, last_completion_ns) if all_acknowledged
         else math.nan,
-        end_to_end_rate=_rate(consumer.received, first_send_ns, consumer.last_receive_ns),
-        latency_p50_ms=_percentile(ordered, 0.50) / 1e6,
-        latency_p99_ms=_percentile(ordered, 0.99) / 1e6,
+        end_to_end_rate=rate(consumer.received, first_send_ns, consumer.last_receive_ns),
+        latency_p50_ms=percentile(ordered, 0.50) / 1e6,
+        latency_p99_ms=percentile(ordered, 0.99) / 1e6,
         broker_cpu=broker_cpu_s / elapsed_s,
         producer_cpu=max((_busy(report) for report in producers), default=math.nan),
-        consumer_cpu=_share_of_core(consumer.cpu_s, first_send_ns, consumer.last_receive_ns),
-        client_cpu=_share_of_core(producer_cpu_s + consumer.cpu_s, first_send_ns,
+        consumer_cpu=share_of_core(consumer.cpu_s, first_send_ns, consumer.last_receive_ns),
+        client_cpu=share_of_core(producer_cpu_s + consumer.cpu_s, first_send_ns,
                                   consumer.last_receive_ns),
         machine_cpu=machine_cpu_s / elapsed_s,
         broker_cpu_per_message_us=broker_cpu_s * 1e6 / per_received,
@@ -311,58 +214,5 @@ def _figures(
     )
 
 
-def _error_of(message: object) -> str:
-    error = getattr(message, "error", None)
-    return str(error) if error is not None else repr(message)
-
-
-def _shares(messages: int, parts: int) -> list[int]:
-    """``messages`` split into ``parts`` counts that differ by at most one."""
-    if parts < 1:
-        raise ValueError(f"need at least one producer, not {parts}")
-    base, extra = divmod(messages, parts)
-    return [base + (1 if index < extra else 0) for index in range(parts)]
-
-
-def _rate(count: int, start_ns: int, end_ns: int) -> float:
-    if not start_ns or end_ns <= start_ns:
-        return math.nan
-    return count / ((end_ns - start_ns) / 1e9)
-
-
 def _busy(report: ProducerReport) -> float:
-    return _share_of_core(report.cpu_s, report.first_send_ns, report.last_completion_ns)
-
-
-def _share_of_core(cpu_s: float, start_ns: int, end_ns: int) -> float:
-    """CPU seconds over a wall-clock span, in cores; NaN for an empty span."""
-    if not start_ns or end_ns <= start_ns:
-        return math.nan
-    return cpu_s / ((end_ns - start_ns) / 1e9)
-
-
-def _cpu_seconds(process: psutil.Process | None) -> float:
-    """User plus system CPU seconds a process has used so far; 0 for None, NaN once gone."""
-    if process is None:
-        return 0.0
-    try:
-        times = process.cpu_times()
-    except psutil.Error:  # the broker died: the run fails on its own, its figure is unknown
-        return math.nan
-    return float(times.user + times.system)
-
-
-def _machine_busy_seconds() -> float:
-    """CPU seconds every core of the machine has spent busy (not idle, not waiting on I/O)."""
-    times = psutil.cpu_times()
-    # Guest time is already inside user and nice on Linux, so it is not added again.
-    return float(times.user + times.nice + times.system + times.irq + times.softirq
-                 + times.steal)
-
-
-def _percentile(ordered: list[int], fraction: float) -> float:
-    """Nearest-rank percentile of an ascending list; NaN when it is empty."""
-    if not ordered:
-        return float("nan")
-    rank = max(0, min(len(ordered) - 1, round(fraction * len(ordered)) - 1))
-    return float(ordered[rank])
+    return share_of_core(report.cpu_s, report.first_send_ns, report.last_completion_ns)
