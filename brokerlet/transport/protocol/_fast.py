@@ -9,7 +9,7 @@ the tests compare the two byte for byte.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import crc32c as _crc32c_lib
 
@@ -36,6 +36,7 @@ _RECEIPT_PREFIX = b"\x08\x07\x3a"  # type SEND_RECEIPT (7), field 7
 _MESSAGE_PREFIX = b"\x08\x09\x4a"  # type MESSAGE (9), field 9
 _ACK_PREFIX = b"\x08\x0a\x52"  # type ACK (10), field 10
 _FLOW_PREFIX = b"\x08\x0b\x5a"  # type FLOW (11), field 11
+_REDELIVERY_ZERO = b"\x18\x00"  # redelivery_count = 0, written explicitly
 
 
 def _uint(value: int, limit: int = _UINT64_LIMIT) -> bytes:
@@ -44,6 +45,11 @@ def _uint(value: int, limit: int = _UINT64_LIMIT) -> bytes:
         return _ONE_BYTE_VARINTS[value]
     if not 0 <= value < limit:
         raise ValueError(f"{value} is out of range for an unsigned field below {limit}")
+    # Entry and sequence ids are mostly two or three bytes long: no loop for those.
+    if value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     groups = []
     while value >= 0x80:
         groups.append((value & 0x7F) | 0x80)
@@ -61,8 +67,28 @@ def _int32(value: int) -> bytes:
 
 def _message_id(ledger_id: int, entry_id: int) -> bytes:
     """MessageIdData with ledger and entry id, as a length-delimited field value."""
-    body = b"\x08" + _uint(ledger_id) + b"\x10" + _uint(entry_id)
-    return _uint(len(body)) + body
+    body = _ledger_prefix(ledger_id) + _uint(entry_id)
+    return _ONE_BYTE_VARINTS[len(body)] + body  # at most 22 bytes: a one-byte length
+
+
+def _cached(encode: Callable[[int], bytes]) -> Callable[[int], bytes]:
+    """Memoise a prefix that depends on one small, long-lived id (a ledger, a consumer)."""
+    cache: dict[int, bytes] = {}
+
+    def lookup(key: int) -> bytes:
+        found = cache.get(key)
+        if found is None:
+            if len(cache) >= 4096:
+                cache.clear()
+            found = cache[key] = encode(key)
+        return found
+
+    return lookup
+
+
+_ledger_prefix = _cached(lambda ledger_id: b"\x08" + _uint(ledger_id) + b"\x10")
+_consumer_prefix = _cached(lambda consumer_id: b"\x08" + _uint(consumer_id) + b"\x12")
+_producer_prefix = _cached(lambda producer_id: b"\x08" + _uint(producer_id) + b"\x10")
 
 
 def _frame(command: bytes) -> bytes:
@@ -94,14 +120,13 @@ def encode_message(  # noqa: PLR0917 (the positional signature is the public API
         (header, entry): the frame is their concatenation; write both with one
         vectored send to avoid copying the entry.
     """
-    body = b"".join(
-        (
-            b"\x08",
-            _uint(consumer_id),
-            b"\x12",
-            _message_id(ledger_id, entry_id),
-            b"\x18",
-            _uint(redelivery_count, _UINT32_LIMIT),
+    body = (
+        _consumer_prefix(consumer_id)
+        + _message_id(ledger_id, entry_id)
+        + (
+            _REDELIVERY_ZERO
+            if redelivery_count == 0
+            else b"\x18" + _uint(redelivery_count, _UINT32_LIMIT)
         )
     )
     command = _MESSAGE_PREFIX + _uint(len(body)) + body
@@ -134,17 +159,13 @@ def encode_send_receipt(
     Returns:
         The frame.
     """
-    body = b"".join(
-        (
-            b"\x08",
-            _uint(producer_id),
-            b"\x10",
-            _uint(sequence_id),
-            b"\x1a",
-            _message_id(ledger_id, entry_id),
-            b"\x20",
-            _uint(highest_sequence_id),
-        )
+    body = (
+        _producer_prefix(producer_id)
+        + _uint(sequence_id)
+        + b"\x1a"
+        + _message_id(ledger_id, entry_id)
+        + b"\x20"
+        + _uint(highest_sequence_id)
     )
     return _frame(_RECEIPT_PREFIX + _uint(len(body)) + body)
 
