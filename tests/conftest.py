@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -10,9 +11,11 @@ from typing import Any, Protocol
 
 import gevent
 import gevent.event
+import pulsar
 import pykka
 import pytest
 
+from brokerlet import Broker
 from brokerlet.actors._runtime import GeventActor, GeventFuture
 
 
@@ -85,3 +88,30 @@ def runtime(request: pytest.FixtureRequest) -> Iterator[Runtime]:
     """Each actor runtime in turn; stops every actor left running afterwards."""
     yield request.param
     pykka.ActorRegistry.stop_all(block=True, timeout=5)
+
+
+# A broker and the official client, for the conformance modules. A module-scoped broker
+# starts in milliseconds; each test gets its own client and topic.
+
+_topic_numbers = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[Broker]:
+    """A broker on an ephemeral port, on its own thread (modules may override this)."""
+    with Broker(port=0) as running:
+        yield running
+
+
+@pytest.fixture
+def client(broker: Broker) -> Iterator[pulsar.Client]:
+    """The official pulsar-client, connected to ``broker``."""
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def topic(request: pytest.FixtureRequest) -> str:
+    """A topic no other test uses."""
+    return f"persistent://public/default/{request.node.name[:40]}-{next(_topic_numbers)}"

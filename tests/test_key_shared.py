@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
 import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 
 import pulsar
 import pytest
@@ -16,26 +14,6 @@ from brokerlet import Broker
 from brokerlet.keyshared import sticky_key_hash
 
 pytestmark = pytest.mark.official
-
-_topics = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def broker() -> Iterator[Broker]:
-    with Broker(port=0) as running:
-        yield running
-
-
-@pytest.fixture
-def client(broker: Broker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"persistent://public/default/key-shared-{next(_topics)}-{time.monotonic_ns()}"
 
 
 def key_shared(client: pulsar.Client, topic: str, name: str, **kwargs: object) -> pulsar.Consumer:

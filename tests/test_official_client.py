@@ -6,9 +6,7 @@ The official client is a C++ extension that blocks gevent, so the broker runs on
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Iterator
 
 import pulsar
 import pytest
@@ -16,26 +14,6 @@ import pytest
 from brokerlet import Broker
 
 pytestmark = pytest.mark.official
-
-_topics = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def broker() -> Iterator[Broker]:
-    with Broker(port=0) as running:
-        yield running
-
-
-@pytest.fixture
-def client(broker: Broker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(broker.service_url, operation_timeout_seconds=5)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"persistent://public/default/conformance-{next(_topics)}-{time.monotonic_ns()}"
 
 
 def receive_all(
@@ -297,4 +275,3 @@ def test_seek_by_publish_time_is_refused_clearly(client: pulsar.Client, topic: s
     consumer = client.subscribe(topic, "seeker")
     with pytest.raises(pulsar.PulsarException):
         consumer.seek(int(time.time() * 1000))
-

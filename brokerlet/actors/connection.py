@@ -504,11 +504,8 @@ class ConnectionActor(GeventActor):
 
     def _unsubscribe(self, command: pb.BaseCommand) -> None:
         request = command.unsubscribe
-        consumer = self.consumers.get(request.consumer_id)
+        consumer = self._requested_consumer(request.consumer_id, request.request_id)
         if consumer is None:
-            self._error(
-                request.request_id, pb.ConsumerNotFound, f"Consumer {request.consumer_id} not found"
-            )
             return
         try:
             self._remove(consumer, unsubscribe=True)
@@ -519,17 +516,21 @@ class ConnectionActor(GeventActor):
         self.handle.consumers = tuple(self.consumers.values())
         self._success(request.request_id)
 
+    def _requested_consumer(self, consumer_id: int, request_id: int) -> Consumer | None:
+        """The consumer a request names, or None after answering ConsumerNotFound."""
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            self._error(request_id, pb.ConsumerNotFound, f"Consumer {consumer_id} not found")
+        return consumer
+
     def _remove(self, consumer: Consumer, *, unsubscribe: bool) -> None:
         with contextlib.suppress(pykka.ActorDeadError):
             self._dispatcher_of(consumer).ask(RemoveConsumer(consumer, unsubscribe=unsubscribe))
 
     def _seek(self, command: pb.BaseCommand) -> None:
         request = command.seek
-        consumer = self.consumers.get(request.consumer_id)
+        consumer = self._requested_consumer(request.consumer_id, request.request_id)
         if consumer is None:
-            self._error(
-                request.request_id, pb.ConsumerNotFound, f"Consumer {request.consumer_id} not found"
-            )
             return
         if not request.HasField("message_id"):
             self._error(
@@ -560,11 +561,8 @@ class ConnectionActor(GeventActor):
 
     def _get_last_message_id(self, command: pb.BaseCommand) -> None:
         request = command.get_last_message_id
-        consumer = self.consumers.get(request.consumer_id)
+        consumer = self._requested_consumer(request.consumer_id, request.request_id)
         if consumer is None:
-            self._error(
-                request.request_id, pb.ConsumerNotFound, f"Consumer {request.consumer_id} not found"
-            )
             return
         topic_ref = self._topic(consumer.topic)
         ledger_id, last = topic_ref.ask(GetLastEntry())
