@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -27,12 +29,27 @@ BROKER_FLAGS = ("--web-service-enabled", "false", "--log-level", "WARNING")
 _READY = re.compile(r"brokerlet ready on (pulsar://\S+)")
 
 
-def broker_command(port: int, profile_path: Path | None = None) -> list[str]:
-    """The command line that runs a broker on ``port``, optionally under cProfile."""
+def broker_command(
+    port: int,
+    profile_path: Path | None = None,
+    *,
+    data_dir: str | None = None,
+    flags: Sequence[str] = (),
+) -> list[str]:
+    """The command line that runs a broker on ``port``, optionally under cProfile.
+
+    Args:
+        port: The port to ask for; 0 lets the broker pick.
+        profile_path: Where cProfile writes the profile; None runs without it.
+        data_dir: The ``--data-dir`` to pass; None passes none.
+        flags: More ``brokerlet serve`` flags (``--storage``, ``--sync-policy``, ...).
+    """
     python = [sys.executable]
     if profile_path is not None:
         python += ["-m", "cProfile", "-o", str(profile_path)]
-    return [*python, "-m", "brokerlet", "serve", "--port", str(port), *BROKER_FLAGS]
+    data = ["--data-dir", data_dir] if data_dir is not None else []
+    return [*python, "-m", "brokerlet", "serve", "--port", str(port), *BROKER_FLAGS, *data,
+            *flags]
 
 
 def free_port() -> int:
@@ -51,14 +68,22 @@ class BrokerProcess:
         with BrokerProcess() as broker:
             url = broker.start().service_url
 
+    ``brokerlet serve`` stores topics on disk (in ``./data`` unless told otherwise), so each
+    broker gets a fresh temporary data directory of its own, deleted on leaving: a run never
+    recovers another run's topics at start-up, nor writes into the repository.
+
     Args:
         port: Port to ask for; 0 lets the broker pick one (read back from its ready line).
         profile_path: If given, run the broker under cProfile and write the profile there
             when it is stopped.
+        flags: More ``brokerlet serve`` flags, such as ``("--storage", "memory")``.
     """
 
-    def __init__(self, port: int = 0, profile_path: Path | None = None) -> None:
-        self.command = broker_command(port, profile_path)
+    def __init__(
+        self, port: int = 0, profile_path: Path | None = None, flags: Sequence[str] = ()
+    ) -> None:
+        self.data_dir = tempfile.mkdtemp(prefix="brokerlet-bench-data-")
+        self.command = broker_command(port, profile_path, data_dir=self.data_dir, flags=flags)
         self.profile_path = profile_path
         self.spawned_at: float | None = None
         self.ready_at: float | None = None
@@ -168,6 +193,7 @@ class BrokerProcess:
         self.stop()
         if self._stderr is not None:
             self._stderr.close()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def _running(self) -> subprocess.Popen[str]:
         if self._process is None:

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench.broker_process import REPO_ROOT, broker_command
+from bench.dispatch_sections import run_backpressure, run_flow, run_keyshared, run_selector
 from bench.memory import raise_file_limit
 from bench.report import Row, print_header, print_table, system_info, write_json
 from bench.sections import FULL, QUICK, SectionResult, run_memory, run_startup, run_throughput
+from bench.storage_section import run_storage
 from bench.throughput import DEFAULT_PRODUCERS
 
 __all__ = ["main"]
 
-SECTIONS = ("throughput", "startup", "memory")
+# Client-process sections first; those that run a broker or actors in this process last.
+SECTIONS = ("throughput", "keyshared", "storage", "startup", "memory", "backpressure", "flow",
+            "selector")
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
 
@@ -38,13 +43,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     clients = None
     if "throughput" in chosen:
         clients = _clients_line(args.producers, plan.compare_single_producer)
-    info = system_info(command, broker_command(0), clients)
+    info = system_info(command, broker_command(0, data_dir="<fresh temp dir per broker>"),
+                       clients)
     print_header(info)
 
     runners: dict[str, Callable[[], SectionResult]] = {
         "throughput": lambda: run_throughput(plan, profile_path, args.producers),
+        "keyshared": lambda: run_keyshared(plan, args.producers),
+        "storage": lambda: run_storage(plan, args.producers),
         "startup": lambda: run_startup(plan),
         "memory": lambda: run_memory(plan),
+        "backpressure": lambda: run_backpressure(plan),
+        "flow": lambda: run_flow(plan),
+        "selector": lambda: run_selector(plan),
     }
     results: dict[str, object] = {"header": info, "quick": args.quick}
     rows: list[Row] = []
@@ -61,9 +72,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows=[Row(name, "n/a", status="FAILED")],
                 failed=True,
             )
+        # Other work on the machine moves the figures: say how busy it was.
+        load = os.getloadavg()
+        load_text = " / ".join(f"{value:.2f}" for value in load)
+        print(f"  load average after {name}: {load_text} (1 / 5 / 15 min)")
         print()
-        results[name] = section.data
+        results[name] = {**section.data, "load_average_after_section": list(load)}
         rows.extend(section.rows)
+        rows.append(Row(f"  load average after {name}", load_text, "1 / 5 / 15 min"))
         failed |= section.failed
 
     print("results" + (" (--quick: small runs, indicative only)" if args.quick else ""))
@@ -104,16 +120,16 @@ def _row_dict(row: Row) -> dict[str, str]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Measure brokerlet's throughput, start-up time and memory against its "
-        "targets.",
+        description="Measure brokerlet against its targets: throughput, Key_Shared, storage, "
+        "start-up time, memory, backpressure, FLOW latency and Key_Shared selection.",
     )
     parser.add_argument("--quick", action="store_true",
                         help="small runs (a smoke test of the bench, figures indicative only)")
     parser.add_argument("--only", action="append", choices=SECTIONS, metavar="SECTION",
                         help=f"run only this section ({', '.join(SECTIONS)}); repeatable")
     parser.add_argument("--producers", type=_positive, default=DEFAULT_PRODUCERS, metavar="N",
-                        help="producer processes per throughput run, each sending its share "
-                        f"(default: {DEFAULT_PRODUCERS}); one consumer process runs besides")
+                        help="producer processes per throughput, keyshared and storage run, "
+                        f"each sending its share (default: {DEFAULT_PRODUCERS})")
     parser.add_argument("--profile", action="store_true",
                         help="add an unbatched run against a broker under cProfile and print "
                         "its top functions")

@@ -1,4 +1,8 @@
-"""The three measurements, each run end to end: brokers started, figures taken, rows made."""
+"""The plans, and the first three measurements: throughput, start-up and memory.
+
+Each section runs end to end (brokers started, figures taken, rows made). The others live in
+:mod:`bench.dispatch_sections` and :mod:`bench.storage_section`.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,16 @@ from bench.broker_process import BrokerProcess
 from bench.report import Row, Summary, format_bytes, format_rate, format_seconds, judge
 from bench.throughput import MODES, RunResult, run_once
 
-__all__ = ["FULL", "QUICK", "Plan", "SectionResult", "run_memory", "run_startup", "run_throughput"]
+__all__ = [
+    "FULL",
+    "QUICK",
+    "Plan",
+    "SectionResult",
+    "run_memory",
+    "run_startup",
+    "run_throughput",
+    "run_timeout",
+]
 
 END_TO_END_TARGETS = {"batched": 50_000.0, "unbatched": 15_000.0}
 STARTUP_TARGET_S = 0.5
@@ -38,6 +51,14 @@ class Plan:
         connections: Idle connections for the memory figure.
         compare_single_producer: Whether each timed throughput run is paired with one from
             a single producer process.
+        keyshared_messages: Messages per timed Key_Shared run (``repeats`` runs per mode).
+        keyshared_warmup: Messages in the untimed Key_Shared warm-up run, per mode.
+        storage_rounds: Produce runs per storage back-end, the back-ends taking turns.
+        storage_messages: Messages per storage produce run.
+        storage_warmup: Messages in each back-end's untimed warm-up run.
+        stall_messages: Messages sent to each stall probe.
+        flow_samples: FLOW latency samples per path.
+        selector_quick: Whether the selector micro-benchmark runs its short version.
     """
 
     repeats: int
@@ -46,6 +67,14 @@ class Plan:
     startup_repeats: int
     connections: int
     compare_single_producer: bool
+    keyshared_messages: int
+    keyshared_warmup: int
+    storage_rounds: int
+    storage_messages: int
+    storage_warmup: int
+    stall_messages: int
+    flow_samples: int
+    selector_quick: bool
 
 
 FULL = Plan(
@@ -55,6 +84,14 @@ FULL = Plan(
     startup_repeats=5,
     connections=1000,
     compare_single_producer=True,
+    keyshared_messages=150_000,
+    keyshared_warmup=10_000,
+    storage_rounds=5,
+    storage_messages=100_000,
+    storage_warmup=10_000,
+    stall_messages=150_000,
+    flow_samples=40,
+    selector_quick=False,
 )
 QUICK = Plan(
     repeats=3,
@@ -63,6 +100,14 @@ QUICK = Plan(
     startup_repeats=3,
     connections=1000,
     compare_single_producer=False,
+    keyshared_messages=10_000,
+    keyshared_warmup=2_000,
+    storage_rounds=2,
+    storage_messages=10_000,
+    storage_warmup=2_000,
+    stall_messages=30_000,
+    flow_samples=20,
+    selector_quick=True,
 )
 
 
@@ -75,7 +120,8 @@ class SectionResult:
     failed: bool = False
 
 
-def _run_timeout(messages: int) -> float:
+def run_timeout(messages: int) -> float:
+    """Seconds a run of ``messages`` may take before it counts as failed."""
     # Generous: a run only fails this when the broker makes less than 2,000 msg/s.
     return max(30.0, messages / 2_000)
 
@@ -94,7 +140,7 @@ def run_throughput(plan: Plan, profile_path: Path | None, producers: int) -> Sec
     compare = plan.compare_single_producer and producers != 1
     for name, mode in MODES.items():
         messages = plan.messages[name]
-        timeout = _run_timeout(messages)
+        timeout = run_timeout(messages)
         runs: list[RunResult] = []
         single_runs: list[RunResult] = []
         with BrokerProcess() as broker:
@@ -102,7 +148,7 @@ def run_throughput(plan: Plan, profile_path: Path | None, producers: int) -> Sec
             process = psutil.Process(broker.pid)
             print(f"throughput, {name}: {_producer_processes(producers)} + 1 consumer "
                   f"process; warm-up of {plan.warmup[name]:,} messages", flush=True)
-            warm = run_once(url, mode, plan.warmup[name], _run_timeout(plan.warmup[name]),
+            warm = run_once(url, mode, plan.warmup[name], run_timeout(plan.warmup[name]),
                             process, producers)
             if warm.error is not None:
                 print(f"  warm-up failed: {warm.error}", flush=True)
@@ -276,7 +322,7 @@ def _profile_unbatched(plan: Plan, profile_path: Path, producers: int) -> dict[s
     print(f"profile: unbatched, {messages:,} messages, broker under cProfile", flush=True)
     with BrokerProcess(profile_path=profile_path) as broker:
         url = broker.start().service_url
-        result = run_once(url, MODES["unbatched"], messages, _run_timeout(messages),
+        result = run_once(url, MODES["unbatched"], messages, run_timeout(messages),
                           psutil.Process(broker.pid), producers)
         print(f"  {_describe(result)} (slowed by the profiler)", flush=True)
         broker.stop()

@@ -120,12 +120,24 @@ def _measure(kind: str, count: int, hashes: Sequence[int], repeats: int) -> dict
     }
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Print per-selection and per-batch-entry costs for each selector."""
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Print per-selection and per-batch-entry costs for each selector; return them too."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer, shorter runs")
     args = parser.parse_args(argv)
-    ops, repeats = (5_000, 3) if args.quick else (50_000, 7)
+    return run(quick=args.quick)
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    """Measure every selector at every consumer count and print the table.
+
+    Returns:
+        One dict per selector and consumer count: ``selector``, ``consumers``, ``ranges``,
+        and nanoseconds per lookup or entry: ``snapshot_ns``, ``sorted_dict_ns``,
+        ``select_ns``, ``batch_ns``, ``dense_ns``; with ``ratio`` (SortedDict over
+        snapshot).
+    """
+    ops, repeats = (5_000, 3) if quick else (50_000, 7)
 
     rng = random.Random(42)
     hashes = [sticky_key_hash(f"key-{rng.getrandbits(64)}".encode()) for _ in range(ops)]
@@ -142,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(header)
     print("-" * len(header))
     print("(dense/entry: a 64 KiB per-slot owner table, measured for comparison, not used)")
+    results: list[dict[str, Any]] = []
     for kind in ("consistent(100)", "auto-split", "sticky"):
         for count in CONSUMER_COUNTS:
             figures = _measure(kind, count, hashes, repeats)
@@ -153,6 +166,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"{figures['sorted']:>12.1f}{ratio:>7.1f}x{figures['select']:>11.1f}"
                 f"{figures['batch']:>13.1f}{figures['dense']:>13.1f}{ratio_mark}{batch_mark}"
             )
+            results.append({
+                "selector": kind,
+                "consumers": count,
+                "ranges": int(figures["ranges"]),
+                "snapshot_ns": figures["snapshot"],
+                "sorted_dict_ns": figures["sorted"],
+                "ratio": ratio,
+                "select_ns": figures["select"],
+                "batch_ns": figures["batch"],
+                "dense_ns": figures["dense"],
+            })
+    return results
 
 
 if __name__ == "__main__":

@@ -1,0 +1,154 @@
+"""A broker with a stall meter on its event loop, run as a process of its own by the bench.
+
+Run: ``python -m bench.stall_probe --storage disk --data-dir DIR --sync-policy every_batch``
+(or ``--storage memory``).
+
+It starts :class:`brokerlet.Broker` on a port of its choosing, on the broker's own thread and
+gevent hub, and spawns a ticker greenlet on that hub which sleeps 1 ms at a time and records
+the gap between one wake-up and the next. Anything that holds the hub (a handler that runs
+long, a blocking call made on the loop, another thread holding the GIL, a garbage
+collection) shows as a long gap. It also times every garbage collection in the process.
+
+It prints ``stall probe ready on pulsar://HOST:PORT`` once the broker is up, then obeys one
+command per line on stdin:
+
+* ``reset`` forgets the gaps and collections so far (so the window starts under load);
+* ``report`` prints one JSON line with the window's figures (see :meth:`Meter.report`);
+* end of input stops the broker and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+import gevent
+
+from brokerlet import Broker
+
+__all__ = ["READY_PREFIX", "TICK_S", "Meter", "main"]
+
+READY_PREFIX = "stall probe ready on "
+TICK_S = 0.001
+STALL_LIMIT_MS = 5.0  # the target: no stall longer than this
+
+
+class Meter:
+    """The gaps between ticks on the broker's hub, and the process's garbage collections.
+
+    For each gap it also records the CPU time the hub's thread used during it, and the time
+    garbage collections took during it (on any thread: a collection holds the GIL), so a
+    long gap can be told apart: the hub busy with work of its own, a collection, or the
+    hub's thread not running at all (another thread holding the GIL, or the OS running
+    something else on a loaded machine).
+
+    The ticker appends on the broker's thread; :meth:`reset` and :meth:`report` run on the
+    main thread and only swap or read whole arrays, which the GIL keeps consistent.
+    """
+
+    def __init__(self) -> None:
+        self.gaps = array("d")
+        self.gap_cpu = array("d")
+        self.gap_gc = array("d")
+        self.gc_pauses: list[tuple[float, int]] = []
+        self.running = True
+        self._gc_began = 0.0
+        self._gc_since_tick = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def ticker(self) -> None:
+        """Sleep 1 ms at a time on the current hub, recording each gap between wake-ups."""
+        clock = time.perf_counter
+        thread_clock = time.thread_time
+        last, last_cpu = clock(), thread_clock()
+        while self.running:
+            gevent.sleep(TICK_S)
+            now, cpu = clock(), thread_clock()
+            collecting, self._gc_since_tick = self._gc_since_tick, 0.0
+            self.gaps.append(now - last)
+            self.gap_cpu.append(cpu - last_cpu)
+            self.gap_gc.append(collecting)
+            last, last_cpu = now, cpu
+
+    def reset(self) -> None:
+        self.gaps, self.gap_cpu, self.gap_gc = array("d"), array("d"), array("d")
+        self.gc_pauses = []
+
+    def report(self) -> dict[str, Any]:
+        """The window's figures, in milliseconds where timed.
+
+        A stall is how much longer than the 1 ms sleep a gap took. For the largest one it
+        gives the hub thread's CPU time and the garbage collection time within it; it also
+        gives the largest stall once the collections inside each gap are taken out.
+        """
+        gaps, cpus, collections = list(self.gaps), list(self.gap_cpu), list(self.gap_gc)
+        count = min(len(gaps), len(cpus), len(collections))
+        if not count:
+            return {"ticks": 0}
+        tick_ms = TICK_S * 1000
+        worst = max(range(count), key=gaps.__getitem__)
+        ordered = sorted(gaps[:count])
+        p999 = ordered[min(count - 1, int(0.999 * count))]
+        without_gc = max(gap - collecting for gap, collecting in zip(gaps, collections,
+                                                                   strict=False))
+        pause, generation = max(self.gc_pauses, default=(0.0, -1))
+        return {
+            "ticks": count,
+            "max_gap_ms": gaps[worst] * 1000,
+            "max_stall_ms": gaps[worst] * 1000 - tick_ms,
+            "max_stall_hub_cpu_ms": cpus[worst] * 1000,
+            "max_stall_gc_ms": collections[worst] * 1000,
+            "max_stall_without_gc_ms": without_gc * 1000 - tick_ms,
+            "p999_stall_ms": p999 * 1000 - tick_ms,
+            "stalls_over_limit": sum(1 for gap in ordered if gap * 1000 - tick_ms
+                                     > STALL_LIMIT_MS),
+            "gc_collections": len(self.gc_pauses),
+            "max_gc_pause_ms": pause * 1000,
+            "max_gc_pause_generation": generation,
+        }
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_began = time.perf_counter()
+        else:
+            took = time.perf_counter() - self._gc_began
+            self._gc_since_tick += took
+            self.gc_pauses.append((took, int(info.get("generation", -1))))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the probe until stdin ends."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--storage", choices=("memory", "disk"), default="disk")
+    parser.add_argument("--data-dir", default="./data")
+    parser.add_argument("--sync-policy", choices=("every_batch", "interval", "never"),
+                        default="every_batch")
+    args = parser.parse_args(argv)
+
+    # The memory back-end ignores the data directory and the sync policy.
+    broker = Broker(port=0, storage=args.storage, data_dir=args.data_dir,
+                    sync_policy=args.sync_policy, web_service_enabled=False).start()
+    meter = Meter()
+    # _hub is the broker thread's hub: the ticker must run on the loop that serves clients.
+    broker._hub.loop.run_callback_threadsafe(gevent.spawn, meter.ticker)
+    print(f"{READY_PREFIX}{broker.service_url}", flush=True)
+    try:
+        for line in sys.stdin:
+            command = line.strip()
+            if command == "reset":
+                meter.reset()
+            elif command == "report":
+                print(json.dumps(meter.report()), flush=True)
+    finally:
+        meter.running = False
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()
