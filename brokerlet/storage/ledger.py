@@ -11,14 +11,12 @@ off the actor greenlets; the in-memory back-end completes at once, on the caller
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 __all__ = ["AppendCallback", "Entry", "Ledger", "MemoryLedger", "NewEntry", "ReadCallback"]
 
 
-@dataclass(frozen=True, slots=True)
-class NewEntry:
+class NewEntry(NamedTuple):
     """An entry to append.
 
     Attributes:
@@ -32,9 +30,12 @@ class NewEntry:
     num_messages: int
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """A stored entry, addressed by ``(ledger_id, entry_id)``."""
+class Entry(NamedTuple):
+    """A stored entry, addressed by ``(ledger_id, entry_id)``.
+
+    A tuple of ints and bytes, so the garbage collector stops tracking it: a broker holding
+    millions of entries in memory does not pay for them in every full collection.
+    """
 
     ledger_id: int
     entry_id: int
@@ -86,11 +87,16 @@ class Ledger(Protocol):
 
 
 class MemoryLedger:
-    """A ledger kept in a Python list; completes every call before returning."""
+    """A ledger kept in a Python list; completes every call before returning.
+
+    Entries are kept as plain ``(data, checksum, num_messages)`` tuples, which the garbage
+    collector stops tracking after its first look, so a large in-memory backlog adds nothing
+    to the pauses of full collections; :class:`Entry` objects are made as entries are read.
+    """
 
     def __init__(self, ledger_id: int) -> None:
         self._ledger_id = ledger_id
-        self._entries: list[Entry] = []
+        self._entries: list[tuple[bytes, int, int]] = []
         self._first = 0  # entry id of self._entries[0]
         self._dropped = 0  # trimmed entries still at the head of the list (compacted lazily)
         self._bytes = 0
@@ -113,31 +119,36 @@ class MemoryLedger:
 
     def append(self, entries: Sequence[NewEntry], callback: AppendCallback) -> None:
         first_id = self.last_entry_id + 1
-        ledger_id = self._ledger_id
         stored = self._entries
-        entry_id = first_id
         for new in entries:
-            stored.append(Entry(ledger_id, entry_id, new.data, new.checksum, new.num_messages))
+            stored.append((new.data, new.checksum, new.num_messages))
             self._bytes += len(new.data)
-            entry_id += 1
         callback(first_id)
 
     def read(self, start: int, max_entries: int, max_bytes: int, callback: ReadCallback) -> None:
-        begin = max(start, self.first_entry_id) - self._first
-        window = self._entries[begin : begin + max_entries]
-        if max_bytes > 0 and window:
-            total = 0
-            for count, entry in enumerate(window):
-                total += len(entry.data)
-                if total > max_bytes and count > 0:
-                    window = window[:count]
-                    break
+        start = max(start, self.first_entry_id)
+        begin = start - self._first
+        ledger_id = self._ledger_id
+        window: list[Entry] = []
+        total = 0
+        for offset, (data, checksum, messages) in enumerate(
+            self._entries[begin : begin + max_entries]
+        ):
+            total += len(data)
+            if max_bytes > 0 and total > max_bytes and window:
+                break
+            window.append(Entry(ledger_id, start + offset, data, checksum, messages))
         callback(window)
 
     def read_ids(self, entry_ids: Sequence[int], callback: ReadCallback) -> None:
         low = self.first_entry_id
         high = self.last_entry_id
-        callback([self._entries[i - self._first] for i in entry_ids if low <= i <= high])
+        ledger_id = self._ledger_id
+        stored = self._entries
+        first = self._first
+        callback(
+            [Entry(ledger_id, i, *stored[i - first]) for i in entry_ids if low <= i <= high]
+        )
 
     def trim(self, up_to: int) -> None:
         up_to = min(up_to, self.last_entry_id)
@@ -145,8 +156,8 @@ class MemoryLedger:
             return
         head = self._dropped
         newly = up_to - self.first_entry_id + 1
-        for entry in self._entries[head : head + newly]:
-            self._bytes -= len(entry.data)
+        for data, _checksum, _messages in self._entries[head : head + newly]:
+            self._bytes -= len(data)
         self._dropped += newly
         # Compact in bulk so trimming stays amortised O(1) per entry.
         if self._dropped >= 1024 and self._dropped * 2 >= len(self._entries):

@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 FRAME_PADDING = 10 * 1024
 """Room for the command and metadata on top of ``max_message_size`` in one frame."""
 
+RECV_BYTES = 65536
+"""Most bytes handled per read: a chunk becomes one actor message, so this bounds how long the
+connection actor holds the event loop (some 400 small SENDs, a few milliseconds)."""
+
 _PING = encode_command(pb.BaseCommand(type=pb.BaseCommand.PING, ping=pb.CommandPing()))
 
 
@@ -155,7 +159,7 @@ class Server:
         tell = actor.tell
         while True:
             try:
-                data = recv(262144)
+                data = recv(RECV_BYTES)
             except TimeoutError:
                 if pinged:
                     return f"no response to keep-alive within {interval} s"
