@@ -9,9 +9,10 @@ read loop. One pass of the loop (:meth:`DispatcherActor._read_more`):
    (``max(total permits, first available consumer's permits) <= 0``);
 3. read the replay set first, else up to ``dispatcher_max_read_batch_size`` new entries from the
    topic; at the end of the ledger that read waits for the next append (a long poll);
-4. on completion, hand the entries out (round-robin for Shared, the active consumer for
-   Exclusive/Failover), one event-loop message per consumer batch; entries nobody could take go
-   to the replay set; then read again at once if anything went out.
+4. on completion, hand the entries out (round-robin over the lowest priority level for Shared,
+   by sticky-key hash for Key_Shared (see :mod:`brokerlet.actors.keyshared`), the active
+   consumer for Exclusive/Failover), one event-loop message per consumer batch; entries nobody
+   could take go to the replay set; then read again at once if anything went out.
 
 Wake-ups: FLOW, a consumer added or removed, acks moving entries, redelivery, a consumer's
 write completion, a writable channel, the retry timer and the long poll.
@@ -30,8 +31,9 @@ from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.consumer import ConnectionHandle, Consumer, PermitTotal
 from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.keyshared import KeySharedMeta, KeySharedRules, ReplaySet
+from brokerlet.actors.keyshared import KeySharedMeta, KeySharedRules
 from brokerlet.actors.ratelimit import DispatchRateLimiter, limiters_allowance, limiters_wait
+from brokerlet.actors.replay import ReplaySet
 from brokerlet.actors.stats import Cancellable, Rate
 from brokerlet.config import Settings
 from brokerlet.storage.cursor import Cursor

@@ -25,15 +25,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sortedcontainers import SortedSet
-
 from brokerlet.actors.consumer import Consumer
 from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.replay import ReplaySet
 from brokerlet.config import Settings
 from brokerlet.keyshared import (
     ConsumerAssignError,
@@ -46,7 +44,7 @@ from brokerlet.keyshared import (
 from brokerlet.storage.ledger import Entry
 from brokerlet.transport.protocol import parse_metadata, pb
 
-__all__ = ["KeySharedMeta", "KeySharedRules", "ReplaySet", "entry_key_hash"]
+__all__ = ["KeySharedMeta", "KeySharedRules", "entry_key_hash"]
 
 log = logging.getLogger(__name__)
 
@@ -92,69 +90,6 @@ def entry_key_hash(entry: Entry) -> int:
     else:
         key = f"{metadata.producer_name}-{metadata.sequence_id}".encode()
     return sticky_key_hash(key) or 1  # 0 means "no hash"
-
-
-class ReplaySet:
-    """Entries to deliver again, in entry order, each with its sticky-key hash (0: none)."""
-
-    __slots__ = ("_counts", "_hashes", "_ids")
-
-    def __init__(self) -> None:
-        self._ids: SortedSet = SortedSet()
-        self._hashes: dict[int, int] = {}
-        self._counts: Counter[int] = Counter()
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def __bool__(self) -> bool:
-        return bool(self._ids)
-
-    def __contains__(self, entry_id: int) -> bool:
-        return entry_id in self._hashes
-
-    def add(self, entry_id: int, key_hash: int = 0) -> None:
-        if entry_id in self._hashes:
-            return
-        self._ids.add(entry_id)
-        self._hashes[entry_id] = key_hash
-        if key_hash:
-            self._counts[key_hash] += 1
-
-    def discard(self, entry_id: int) -> None:
-        key_hash = self._hashes.pop(entry_id, None)
-        if key_hash is None:
-            return
-        self._ids.discard(entry_id)
-        if key_hash:
-            left = self._counts[key_hash] - 1
-            if left:
-                self._counts[key_hash] = left
-            else:
-                del self._counts[key_hash]
-
-    def clear(self) -> None:
-        self._ids.clear()
-        self._hashes.clear()
-        self._counts.clear()
-
-    def first(self) -> int:
-        return int(self._ids[0])
-
-    def head(self, count: int) -> list[int]:
-        return list(self._ids.islice(0, count))
-
-    def __iter__(self) -> Any:
-        return iter(self._ids)
-
-    def up_to(self, entry_id: int) -> list[int]:
-        return list(self._ids.irange(maximum=entry_id))
-
-    def key_hash(self, entry_id: int) -> int:
-        return self._hashes.get(entry_id, 0)
-
-    def has_hash(self, key_hash: int) -> bool:
-        return key_hash in self._counts
 
 
 class KeySharedRules:
