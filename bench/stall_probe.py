@@ -134,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # The memory back-end ignores the data directory and the sync policy.
     broker = Broker(port=0, storage=args.storage, data_dir=args.data_dir,
                     sync_policy=args.sync_policy, web_service_enabled=False).start()
+    gc.freeze()  # as `brokerlet serve` does once it is ready
     meter = Meter()
     # _hub is the broker thread's hub: the ticker must run on the loop that serves clients.
     broker._hub.loop.run_callback_threadsafe(gevent.spawn, meter.ticker)

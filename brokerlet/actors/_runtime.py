@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import queue
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, cast
 
 import gevent
@@ -150,6 +151,37 @@ def _raise_exc_info(exc_info: OptExcInfo) -> None:
 _greenlet_numbers = itertools.count()
 
 
+TIME_SLICE = 0.001
+"""Seconds an actor may keep handling queued messages before it lets the hub run others."""
+
+
+class FairInbox(gevent.queue.SimpleQueue):  # type: ignore[misc]
+    """An inbox that makes a busy actor take turns.
+
+    A gevent queue hands over a waiting item without switching greenlets, so an actor with a
+    long queue would hold the hub until the queue is empty: every other actor, reader and
+    timer would wait behind it. After each :data:`TIME_SLICE` of uninterrupted handling, the
+    next ``get`` yields to the hub first. SimpleQueue, not Queue: since gevent 25.4.1 Queue
+    tracks unfinished tasks, which an inbox never joins on.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._slice_ends = 0.0
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        if self.empty():
+            item = super().get(block, timeout)  # waits: other greenlets run meanwhile
+        else:
+            if time.perf_counter() >= self._slice_ends:
+                gevent.sleep(0)
+            item = super().get(block, timeout)
+            if time.perf_counter() < self._slice_ends:
+                return item
+        self._slice_ends = time.perf_counter() + TIME_SLICE
+        return item
+
+
 class GeventActor(pykka.Actor):
     """A `pykka.Actor` whose loop runs in its own greenlet.
 
@@ -162,9 +194,7 @@ class GeventActor(pykka.Actor):
 
     @staticmethod
     def _create_actor_inbox() -> ActorInbox:
-        # SimpleQueue, not Queue: since gevent 25.4.1 Queue tracks unfinished
-        # tasks, which an inbox never joins on.
-        inbox: ActorInbox = gevent.queue.SimpleQueue()
+        inbox: ActorInbox = FairInbox()
         return inbox
 
     @staticmethod

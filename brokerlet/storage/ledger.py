@@ -146,9 +146,7 @@ class MemoryLedger:
         ledger_id = self._ledger_id
         stored = self._entries
         first = self._first
-        callback(
-            [Entry(ledger_id, i, *stored[i - first]) for i in entry_ids if low <= i <= high]
-        )
+        callback([Entry(ledger_id, i, *stored[i - first]) for i in entry_ids if low <= i <= high])
 
     def trim(self, up_to: int) -> None:
         up_to = min(up_to, self.last_entry_id)

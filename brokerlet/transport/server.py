@@ -13,14 +13,17 @@ import contextlib
 import itertools
 import logging
 import socket as stdlib_socket
+import time
 from collections.abc import Callable
 from typing import Any
 
+import gevent
 import pykka
 from gevent import socket
 from gevent.server import StreamServer
 
 from brokerlet.actors._conflate import ConflatedTell
+from brokerlet.actors._runtime import TIME_SLICE
 from brokerlet.actors.connection import ConnectionActor, ConnectionLost, Received
 from brokerlet.actors.consumer import ConnectionHandle
 from brokerlet.actors.eventloop import WritabilityChanged
@@ -157,6 +160,7 @@ class Server:
         pinged = False
         recv = sock.recv
         tell = actor.tell
+        slice_ends = time.perf_counter() + TIME_SLICE
         while True:
             try:
                 data = recv(RECV_BYTES)
@@ -182,6 +186,11 @@ class Server:
                 return f"protocol error: {error.reason}"
             if frames:
                 tell(Received(frames))
+            now = time.perf_counter()
+            if now >= slice_ends:
+                # recv() returns at once while data is waiting: take turns with the others.
+                gevent.sleep(0)
+                slice_ends = time.perf_counter() + TIME_SLICE
 
 
 def _shutdown(sock: socket.socket) -> None:
