@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: venv run test lint bench proto loadtest clean
+.PHONY: venv run test lint bench proto loadtest loadtest-compare clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,17 @@ lint: venv
 
 bench: venv
 	$(PY) -m bench $(ARGS)
+
+# Locust load tests (loadtests/README.md). Without SCENARIO: every scenario briefly
+# (15 s of publishing each); with SCENARIO: that one at its full length, or for DURATION s.
+SCENARIO ?=
+DURATION ?=
+loadtest: venv
+	$(PY) -m loadtests $(if $(SCENARIO),run $(SCENARIO),all) $(if $(DURATION),--duration $(DURATION)) $(ARGS)
+
+# The same scenarios against brokerlet and pulsar-lite, interleaved, below and at saturation.
+loadtest-compare: venv
+	$(PY) -m loadtests compare $(if $(SCENARIO),--scenario $(SCENARIO)) $(if $(DURATION),--duration $(DURATION)) $(ARGS)
 
 # Regenerate the protobuf module from our own schema.
 proto: venv

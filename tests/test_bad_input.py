@@ -290,7 +290,9 @@ def test_truncated_frame_then_close_is_logged(
         assert bad.wait_closed(WAIT) == []
     log_watch.assert_logged(
         logging.INFO,
-        f"connection from {bad.peer} closed", "mid-frame", f"({len(partial)} bytes buffered)",
+        f"connection from {bad.peer} closed",
+        "mid-frame",
+        f"({len(partial)} bytes buffered)",
     )
     witness.check_intact()
 
@@ -422,8 +424,11 @@ BEFORE_CONNECT = {
     "SUBSCRIBE": T(
         type=T.SUBSCRIBE,
         subscribe=pb.CommandSubscribe(
-            topic=TOPIC, subscription="early", sub_type=pb.CommandSubscribe.Exclusive,
-            consumer_id=1, request_id=1,
+            topic=TOPIC,
+            subscription="early",
+            sub_type=pb.CommandSubscribe.Exclusive,
+            consumer_id=1,
+            request_id=1,
         ),
     ),
     "LOOKUP": T(type=T.LOOKUP, lookup=pb.CommandLookupTopic(topic=TOPIC, request_id=1)),
@@ -455,9 +460,7 @@ def test_send_before_connect_disconnects(
     witness.check_intact()
 
 
-def test_second_connect_disconnects(
-    broker: Broker, witness: Witness, log_watch: LogWatch
-) -> None:
+def test_second_connect_disconnects(broker: Broker, witness: Witness, log_watch: LogWatch) -> None:
     with RawClient(broker.address) as bad:
         bad.handshake()
         again = pb.CommandConnect(client_version="again", protocol_version=20)
@@ -516,8 +519,9 @@ def test_flow_for_unknown_consumer_is_ignored_with_a_warning(
         client.flow(consumer_id, 100)
         client.ping()
         log_watch.assert_logged(
-        logging.WARNING,
-            client.peer, f"FLOW for unknown consumer {consumer_id}",
+            logging.WARNING,
+            client.peer,
+            f"FLOW for unknown consumer {consumer_id}",
         )
         client.ping()
     witness.check_intact()
@@ -570,9 +574,7 @@ def test_bad_checksum_fails_only_that_send(
         assert (receipt.producer_id, receipt.sequence_id) == (3, 11)
         assert receipt.message_id.entry_id == next_entry
         client.ping()
-    log_watch.assert_logged(
-        logging.WARNING, client.peer, "checksum mismatch on SEND 10"
-    )
+    log_watch.assert_logged(logging.WARNING, client.peer, "checksum mismatch on SEND 10")
     witness.expect_stored(b"arrived intact")
     witness.check_intact()
 
@@ -621,7 +623,8 @@ def test_client_that_never_answers_a_ping_is_disconnected(
         assert time.monotonic() - pinged_at >= 0.9
     log_watch.assert_logged(
         logging.INFO,
-        f"connection from {silent.peer} closed", "no response to keep-alive",
+        f"connection from {silent.peer} closed",
+        "no response to keep-alive",
     )
     # What the silent connection stored outlives it.
     with RawClient(broker.address) as later:
