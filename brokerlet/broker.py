@@ -61,10 +61,15 @@ class Broker:
             settings = load_settings(env={}, overrides=overrides)
         elif overrides:
             settings = settings.replace(**overrides)
-        # An ephemeral broker gets an ephemeral web service too, unless one was asked for,
-        # so test suites can run many brokers side by side.
+        # An ephemeral broker gets an ephemeral web service too, unless another port was
+        # chosen, so test suites (and several `brokerlet serve --port 0`) run side by side.
         web_port_given = any(k in overrides for k in ("web_service_port", "webServicePort"))
-        if settings.port == 0 and not web_port_given:
+        default_web_port = Settings.__dataclass_fields__["web_service_port"].default
+        if (
+            settings.port == 0
+            and settings.web_service_port == default_web_port
+            and not web_port_given
+        ):
             settings = settings.replace(web_service_port=0)
         self.settings = settings
         self._file_ops = storage_file_ops

@@ -53,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # event loop ~8 ms each. Only the CLI does this; an embedding program owns its heap.
         gc.freeze()
         print(f"brokerlet ready on {broker.service_url}", flush=True)
+        if broker.web_service_url is not None:
+            print(f"brokerlet stats on {broker.web_service_url}", flush=True)
 
     try:
         broker.serve_forever(on_ready=ready)

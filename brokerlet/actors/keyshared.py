@@ -116,6 +116,7 @@ class KeySharedRules:
         )
         self.pending_hashes: dict[int, int] = {}  # entry id -> hash, for pending entries
         self._key_hashes: dict[int, int] = {}  # cache for entries read but not yet pending
+        self._ranges_of: tuple[object, dict[Consumer, list[HashRange]]] = (None, {})
 
     @property
     def ordered(self) -> bool:
@@ -143,7 +144,7 @@ class KeySharedRules:
             impacted = self.selector.add(consumer, ranges)
         except ConsumerAssignError as error:
             raise BrokerError(pb.ConsumerAssignError, str(error)) from None
-        if not self.selector.snapshot.ranges().get(consumer):
+        if not self._ranges().get(consumer):
             log.warning("Key_Shared consumer %r got no hash range (all points collide)", consumer)
         if self.ordered and self.meta.mode == AUTO_SPLIT:
             for other, changes in impacted.items():
@@ -289,10 +290,17 @@ class KeySharedRules:
     # Observability.
 
     def consumer_stats(self, consumer: Consumer) -> dict[str, Any]:
-        ranges = self.selector.snapshot.ranges().get(consumer, [])
+        ranges = self._ranges().get(consumer, [])
         stats: dict[str, Any] = {"keyHashRanges": [f"[{r.start}, {r.end}]" for r in ranges]}
         stats.update(self.draining.stats_for(consumer))
         return stats
+
+    def _ranges(self) -> dict[Consumer, list[HashRange]]:
+        """Every consumer's ranges, worked out once per published snapshot (stats only)."""
+        snapshot = self.selector.snapshot
+        if self._ranges_of[0] is not snapshot:
+            self._ranges_of = (snapshot, snapshot.ranges())
+        return self._ranges_of[1]
 
     def stats(self) -> dict[str, Any]:
         return {
