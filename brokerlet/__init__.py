@@ -1,8 +1,25 @@
-"""brokerlet: an embeddable Pulsar-compatible broker on Pykka actors and gevent."""
+"""brokerlet: an embeddable Pulsar-compatible broker on Pykka actors and gevent.
+
+``Broker`` runs a broker (embedded, or as ``brokerlet serve``); ``Client`` is brokerlet's
+gevent-native Pulsar client, for gevent programs and Locust load tests where the official
+C++-based client would block the hub. Its other names (producers, consumers, errors) live in
+:mod:`brokerlet.transport.client`.
+"""
 
 __version__ = "0.1.0"
 
 from brokerlet.broker import Broker
 from brokerlet.config import Settings, SettingsError, load_settings
+from brokerlet.transport.client import Client, ConsumerType, InitialPosition, MessageId
 
-__all__ = ["Broker", "Settings", "SettingsError", "__version__", "load_settings"]
+__all__ = [
+    "Broker",
+    "Client",
+    "ConsumerType",
+    "InitialPosition",
+    "MessageId",
+    "Settings",
+    "SettingsError",
+    "__version__",
+    "load_settings",
+]
