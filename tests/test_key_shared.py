@@ -27,6 +27,14 @@ def key_shared(client: pulsar.Client, topic: str, name: str, **kwargs: object) -
     )
 
 
+def sticky(client: pulsar.Client, topic: str, name: str, low: int, high: int) -> pulsar.Consumer:
+    """A STICKY Key_Shared consumer claiming hash slots ``low..high``."""
+    policy = pulsar.ConsumerKeySharedPolicy(
+        key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[(low, high)]
+    )
+    return key_shared(client, topic, name, key_shared_policy=policy)
+
+
 def drain(consumers: list[pulsar.Consumer], expected: int, deadline: float = 15.0) -> list[list]:
     got: list[list[pulsar.Message]] = [[] for _ in consumers]
     end = time.monotonic() + deadline
@@ -75,22 +83,8 @@ def test_auto_split_sends_each_key_to_one_consumer_in_order(
 
 
 def test_sticky_ranges_route_keys_by_their_slot(client: pulsar.Client, topic: str) -> None:
-    low = key_shared(
-        client,
-        topic,
-        "low",
-        key_shared_policy=pulsar.ConsumerKeySharedPolicy(
-            key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[(0, 30000)]
-        ),
-    )
-    high = key_shared(
-        client,
-        topic,
-        "high",
-        key_shared_policy=pulsar.ConsumerKeySharedPolicy(
-            key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[(30001, 65535)]
-        ),
-    )
+    low = sticky(client, topic, "low", 0, 30000)
+    high = sticky(client, topic, "high", 30001, 65535)
     producer = client.create_producer(topic, batching_enabled=False)
     keys = [f"sticky-{i}" for i in range(40)]
     for key in keys:
@@ -119,22 +113,8 @@ def test_ordering_key_beats_partition_key(client: pulsar.Client, topic: str) -> 
     # An ordering key in the low half with a partition key in the high half, and the reverse.
     lows = [k for k in (f"o{i}".encode() for i in range(200)) if slot(k) <= 30000][:5]
     highs = [k for k in (f"p{i}".encode() for i in range(200)) if slot(k) > 30000][:5]
-    low = key_shared(
-        client,
-        topic,
-        "low",
-        key_shared_policy=pulsar.ConsumerKeySharedPolicy(
-            key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[(0, 30000)]
-        ),
-    )
-    high = key_shared(
-        client,
-        topic,
-        "high",
-        key_shared_policy=pulsar.ConsumerKeySharedPolicy(
-            key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[(30001, 65535)]
-        ),
-    )
+    low = sticky(client, topic, "low", 0, 30000)
+    high = sticky(client, topic, "high", 30001, 65535)
     producer = client.create_producer(topic, batching_enabled=False)
     for ordering, partition in zip(lows, highs, strict=True):
         producer.send(b"x", partition_key=partition.decode(), ordering_key=ordering.decode())
