@@ -86,11 +86,17 @@ class FakeTopicMixin:
         self.waiting: ReadEntries | None = None
         self.reads: list[Any] = []
         self.overlapping_reads = 0  # a read arriving while another still waits: must stay 0
+        self.failing_reads = 0  # answer this many reads with an error (a failing disk)
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, ReadEntries | ReadIds) and self.waiting is not None:
             self.overlapping_reads += 1
-        if isinstance(message, ReadEntries):
+        if isinstance(message, ReadEntries) and self.failing_reads:
+            self.reads.append(message)
+            self.failing_reads -= 1
+            error = OSError("the disk is unreadable")
+            message.reply_to.tell(EntriesRead(message.read_id, error, replay=False))
+        elif isinstance(message, ReadEntries):
             self.reads.append(message)
             if message.start >= len(self.entries):
                 self.waiting = message

@@ -342,3 +342,27 @@ def test_a_paused_consumer_socket_stops_dispatch_and_resuming_delivers_everythin
                 received = consumer.receive(1, MESSAGES, timeout=20)
                 assert [m.sequence_id for m in received] == list(range(MESSAGES))
                 assert all(m.payload == payload for m in received)
+
+
+def test_failed_reads_back_off_exponentially_then_the_read_size_grows_back() -> None:
+    h = Harness(GeventActor, manual_timers=True)
+    try:
+        h.topic.proxy().failing_reads = 3
+        consumer = h.consumer("c", 1000)
+        h.append(300)
+        h.settle()
+        delays = []
+        for _ in range(3):
+            pending = [t for t in h.timers if not t.done]
+            assert len(pending) == 1, "one retry timer, never a second pending read"
+            delays.append(pending[0].seconds)
+            h.fire_timers()
+            h.settle()
+        assert delays == [15.0, 30.0, 60.0]  # initial, doubled, capped at the maximum
+        reads = [r.max_entries for r in h.topic.proxy().reads.get()]
+        assert reads[:4] == [100, 1, 1, 1], "after a failure, one entry at a time"
+        assert reads[4:8] == [2, 4, 8, 16], "then doubling back towards the maximum"
+        assert h.topic.proxy().overlapping_reads.get() == 0
+        assert h.sent_to(consumer) == list(range(300))
+    finally:
+        h.stop()

@@ -213,6 +213,8 @@ class Dispatcher:
         self.pending_read: str | None = None  # None, "normal" or "replay"
         self._next_index = 0  # round-robin position
         self._backoff_ms = 0.0
+        self._failure_backoff_ms = 0.0
+        self.read_batch_size = settings.dispatcher_max_read_batch_size
         self._retry: Cancellable | None = None
         self._unblock_timer: Cancellable | None = None
         self._writes_in_flight = 0  # only counted with COMPLETION_BARRIER
@@ -413,7 +415,7 @@ class Dispatcher:
         permits = max(self.total_permits.value, first.permits)
         if permits <= 0:
             return
-        batch = min(permits, self.settings.dispatcher_max_read_batch_size)
+        batch = min(permits, self.read_batch_size)
         max_bytes = self.settings.dispatcher_max_read_size_bytes
         if self.rate_limiters:
             wait = limiters_wait(self.rate_limiters)
@@ -508,9 +510,9 @@ class Dispatcher:
         self.pending_read = None
         entries = message.entries
         if isinstance(entries, BaseException):
-            log.warning("%s: read failed: %s", self, entries)
-            self._retry_later(self.settings.dispatcher_read_failure_backoff_initial_time_ms)
+            self._read_failed(entries)
             return
+        self._read_succeeded()
         if message.replay:
             if (
                 self.key_shared is not None
@@ -535,6 +537,29 @@ class Dispatcher:
         elif any(c.writable for c in self._candidates()):
             self._retry_with_backoff()
         # else: nothing writable; the writable event requests the next read.
+
+    def _read_failed(self, error: BaseException) -> None:
+        """As Pulsar: read one entry at a time, after an exponentially growing delay."""
+        settings = self.settings
+        self.read_batch_size = settings.dispatcher_min_read_batch_size
+        self._failure_backoff_ms = min(
+            settings.dispatcher_read_failure_backoff_max_time_ms,
+            max(
+                settings.dispatcher_read_failure_backoff_initial_time_ms,
+                self._failure_backoff_ms * 2,
+            ),
+        )
+        log.warning(
+            "%s: read failed, retrying in %.0f ms: %s", self, self._failure_backoff_ms, error
+        )
+        self._retry_later(self._failure_backoff_ms)
+
+    def _read_succeeded(self) -> None:
+        """The read size doubles back towards the maximum; the failure backoff halves."""
+        maximum = self.settings.dispatcher_max_read_batch_size
+        if self.read_batch_size < maximum:
+            self.read_batch_size = min(maximum, self.read_batch_size * 2)
+        self._failure_backoff_ms /= 2
 
     def _retry_with_backoff(self) -> None:
         initial = self.settings.dispatcher_retry_backoff_initial_time_ms
@@ -816,6 +841,7 @@ class Dispatcher:
             "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
             "readsIssued": self.reads_issued,
             "readPasses": self.read_passes,
+            "readBatchSize": self.read_batch_size,
             "consumers": consumers,
             **(self.key_shared.stats() if self.key_shared else {}),
         }
