@@ -307,41 +307,40 @@ def test_a_paused_consumer_socket_stops_dispatch_and_resuming_delivers_everythin
     with (
         Broker(port=0, so_sndbuf=16384) as broker,
         RawClient(broker.address, timeout=10) as producer,
+        RawClient(broker.address, timeout=10, rcvbuf=16384) as consumer,
     ):
-        if True:
-            producer.handshake()
-            producer.create_producer(topic, 1)
-            with RawClient(broker.address, timeout=10, rcvbuf=16384) as consumer:
-                consumer.handshake()
-                consumer.subscribe(topic, "s", 1, sub_type=pb.CommandSubscribe.Shared)
-                consumer.flow(1, PERMITS)  # then never read until resumed
-                payload = b"p" * SIZE
-                for sequence_id in range(MESSAGES):
-                    producer.send_raw(producer.send_frame(1, sequence_id, payload))
-                for _ in range(MESSAGES):
-                    producer.expect(pb.BaseCommand.SEND_RECEIPT)
+        producer.handshake()
+        producer.create_producer(topic, 1)
+        consumer.handshake()
+        consumer.subscribe(topic, "s", 1, sub_type=pb.CommandSubscribe.Shared)
+        consumer.flow(1, PERMITS)  # then never read until resumed
+        payload = b"p" * SIZE
+        for sequence_id in range(MESSAGES):
+            producer.send_raw(producer.send_frame(1, sequence_id, payload))
+        for _ in range(MESSAGES):
+            producer.expect(pb.BaseCommand.SEND_RECEIPT)
 
-                wait_until(lambda: not consumer_stats(broker, topic, "s")["writable"])
-                at_flip = consumer_stats(broker, topic, "s")
-                # The observation window: the broker gets every chance to keep feeding.
-                time.sleep(0.5)
-                held = consumer_stats(broker, topic, "s")
-                consumed = PERMITS - held["availablePermits"]
-                assert not held["writable"]
-                assert held["writabilityChanges"] >= 1
-                assert_http_stats_show_the_paused_consumer(broker)
-                high = broker.settings.high_watermark
-                bounded = (
-                    consumed <= at_flip["msgOutCounter"] + READ_BATCH
-                    and consumed < MESSAGES
-                    and held["pendingOutboundBytes"] <= high + READ_BATCH * (SIZE + 200)
-                )
-                assert bounded is gated, (consumed, held["pendingOutboundBytes"])
+        wait_until(lambda: not consumer_stats(broker, topic, "s")["writable"])
+        at_flip = consumer_stats(broker, topic, "s")
+        # The observation window: the broker gets every chance to keep feeding.
+        time.sleep(0.5)
+        held = consumer_stats(broker, topic, "s")
+        consumed = PERMITS - held["availablePermits"]
+        assert not held["writable"]
+        assert held["writabilityChanges"] >= 1
+        assert_http_stats_show_the_paused_consumer(broker)
+        high = broker.settings.high_watermark
+        bounded = (
+            consumed <= at_flip["msgOutCounter"] + READ_BATCH
+            and consumed < MESSAGES
+            and held["pendingOutboundBytes"] <= high + READ_BATCH * (SIZE + 200)
+        )
+        assert bounded is gated, (consumed, held["pendingOutboundBytes"])
 
-                # Resume reading: only the writable event can deliver the rest.
-                received = consumer.receive(1, MESSAGES, timeout=20)
-                assert [m.sequence_id for m in received] == list(range(MESSAGES))
-                assert all(m.payload == payload for m in received)
+        # Resume reading: only the writable event can deliver the rest.
+        received = consumer.receive(1, MESSAGES, timeout=20)
+        assert [m.sequence_id for m in received] == list(range(MESSAGES))
+        assert all(m.payload == payload for m in received)
 
 
 def test_failed_reads_back_off_exponentially_then_the_read_size_grows_back() -> None:
