@@ -40,8 +40,9 @@ def test_ledger_passes_when_every_subscription_saw_everything_once() -> None:
     producer = _published(ledger, 3)
     for name in ("a", "b"):
         for sequence in range(3):
-            assert ledger.delivered(name, producer, key=sequence % 2, sequence=sequence,
-                                    redelivery_count=0)
+            assert ledger.delivered(
+                name, producer, key=sequence % 2, sequence=sequence, redelivery_count=0
+            )
     verdict = ledger.verdict()
     assert verdict.passed, verdict.violations
     assert verdict.published == 3
@@ -120,8 +121,7 @@ def test_payload_round_trip_and_size() -> None:
 
 
 def test_every_scenario_has_a_smoke_version_and_fits_its_pause() -> None:
-    assert set(SCENARIOS) == {"key-shared-500x20", "telemetry-high-rate", "slow-consumer",
-                              "churn"}
+    assert set(SCENARIOS) == {"key-shared-500x20", "telemetry-high-rate", "slow-consumer", "churn"}
     for scenario in SCENARIOS.values():
         smoke = scenario.smoke().with_overrides(duration=4.0)
         assert smoke.producers <= scenario.producers
@@ -138,14 +138,16 @@ def test_every_scenario_has_a_smoke_version_and_fits_its_pause() -> None:
 
 
 def test_stats_from_prometheus_picks_the_topic_and_its_subscriptions() -> None:
-    text = "\n".join([
-        "# HELP pulsar_rate_in Accepted message rate",
-        'pulsar_rate_in{cluster="c",namespace="public/default",topic="t"} 120.5',
-        'pulsar_rate_in{cluster="c",namespace="public/default",topic="other"} 9',
-        'pulsar_subscription_back_log{namespace="public/default",subscription="s",topic="t"} 7',
-        'pulsar_subscription_msg_rate_out{subscription="s",topic="t"} 100',
-        'pulsar_subscription_msg_rate_out{subscription="r",topic="t"} 20',
-    ])
+    text = "\n".join(
+        [
+            "# HELP pulsar_rate_in Accepted message rate",
+            'pulsar_rate_in{cluster="c",namespace="public/default",topic="t"} 120.5',
+            'pulsar_rate_in{cluster="c",namespace="public/default",topic="other"} 9',
+            'pulsar_subscription_back_log{namespace="public/default",subscription="s",topic="t"} 7',
+            'pulsar_subscription_msg_rate_out{subscription="s",topic="t"} 100',
+            'pulsar_subscription_msg_rate_out{subscription="r",topic="t"} 20',
+        ]
+    )
     stats = stats_from_prometheus(text, "t")
     assert stats["msgRateIn"] == 120.5
     assert stats["msgRateOut"] == 120
@@ -153,11 +155,20 @@ def test_stats_from_prometheus_picks_the_topic_and_its_subscriptions() -> None:
 
 
 def test_normalize_stats_sums_consumers() -> None:
-    raw: dict[str, Any] = {"msgRateIn": 5.0, "subscriptions": {"s": {
-        "msgBacklog": 3, "unackedMessages": 2, "msgRateOut": 4.0,
-        "consumers": [{"availablePermits": 10, "writable": False, "pendingOutboundBytes": 70000},
-                      {"availablePermits": 5, "writable": True, "pendingOutboundBytes": 0}],
-    }}}
+    raw: dict[str, Any] = {
+        "msgRateIn": 5.0,
+        "subscriptions": {
+            "s": {
+                "msgBacklog": 3,
+                "unackedMessages": 2,
+                "msgRateOut": 4.0,
+                "consumers": [
+                    {"availablePermits": 10, "writable": False, "pendingOutboundBytes": 70000},
+                    {"availablePermits": 5, "writable": True, "pendingOutboundBytes": 0},
+                ],
+            }
+        },
+    }
     sub = normalize_stats(raw)["subscriptions"]["s"]
     assert sub["availablePermits"] == 15
     assert sub["unwritableConsumers"] == 1
@@ -182,24 +193,51 @@ def test_top_functions_reads_py_spy_raw_stacks(tmp_path: Path) -> None:
 
 def test_table_aligns_columns() -> None:
     text = report.table([["a", "1"], ["long name", "1,000"]], ["name", "n"])
-    assert text.splitlines() == ["name           n", "---------  -----", "a              1",
-                                 "long name  1,000"]
+    assert text.splitlines() == [
+        "name           n",
+        "---------  -----",
+        "a              1",
+        "long name  1,000",
+    ]
 
 
-def _run(broker: str, level: str, code: int, delivered: float, p99: int, cpu: float,
-         violations: list[str] | None = None) -> dict[str, Any]:
+def _run(
+    broker: str,
+    level: str,
+    code: int,
+    delivered: float,
+    p99: int,
+    cpu: float,
+    violations: list[str] | None = None,
+) -> dict[str, Any]:
     summary = {
         "throughput": {"published_msg_s": delivered, "delivered_msg_s": delivered},
-        "latency_us": {"publish": {"p50_us": 1, "p99_us": 2},
-                       "e2e": {"p50_us": 1, "p99_us": p99, "p99.9_us": p99},
-                       "loadgen_loop_lag": {"p99_us": 5}},
-        "cpu": {"broker_cpu_us_per_delivered": cpu, "broker_cpu_pct": 50.0,
-                "loadgen_cpu_pct": 90.0},
-        "verdict": {"violations": violations or [], "published": 10,
-                    "subscriptions": {"a": {"unique": 10}}},
+        "latency_us": {
+            "publish": {"p50_us": 1, "p99_us": 2},
+            "e2e": {"p50_us": 1, "p99_us": p99, "p99.9_us": p99},
+            "loadgen_loop_lag": {"p99_us": 5},
+        },
+        "cpu": {
+            "broker_cpu_us_per_delivered": cpu,
+            "broker_cpu_pct": 50.0,
+            "loadgen_cpu_pct": 90.0,
+        },
+        "verdict": {
+            "violations": violations or [],
+            "published": 10,
+            "subscriptions": {"a": {"unique": 10}},
+        },
     }
-    return {"scenario": "churn", "level": level, "broker": broker, "repeat": 0, "code": code,
-            "load_average_before": 1.0, "summary": summary, "log_tail": ["done"]}
+    return {
+        "scenario": "churn",
+        "level": level,
+        "broker": broker,
+        "repeat": 0,
+        "code": code,
+        "load_average_before": 1.0,
+        "summary": summary,
+        "log_tail": ["done"],
+    }
 
 
 def test_comparison_table_shows_ratios_failures_and_targets() -> None:
@@ -212,22 +250,31 @@ def test_comparison_table_shows_ratios_failures_and_targets() -> None:
     text = compare.format_comparison(runs, ["churn"], ["below", "saturation"], 20, 1, 8, [])
     assert "e2e p99 us                            500        1,000   0.50" in text
     assert "pulsar-lite FAIL 1/1: 5 receipted message(s) lost" in text
-    assert ("delivered throughput at saturation >= pulsar-lite's: met (5,000 vs 2,000) "
-            "[pulsar-lite failed the verdict at saturation]") in text
+    assert (
+        "delivered throughput at saturation >= pulsar-lite's: met (5,000 vs 2,000) "
+        "[pulsar-lite failed the verdict at saturation]"
+    ) in text
     assert "e2e p99 below saturation <= pulsar-lite's: met (500 vs 1,000)" in text
     assert "CPU per delivered msg (below) <= 2x pulsar-lite's: NOT met (30.0 vs 10.0)" in text
     assert "load generator bound" in text
     # A Key_Shared subscription that received under half of what was published is called out.
     runs[3]["summary"]["verdict"]["subscriptions"]["a"]["unique"] = 2
     assert "pulsar-lite: Key_Shared does not work" in compare.format_comparison(
-        runs, ["churn"], ["below", "saturation"], 20, 1, 8, [])
+        runs, ["churn"], ["below", "saturation"], 20, 1, 8, []
+    )
 
 
 def test_importing_the_load_tests_does_not_import_locust() -> None:
-    code = ("import sys, loadtests.cli, loadtests.compare, loadtests.ledger, loadtests.report; "
-            "sys.exit('locust' in sys.modules)")
-    assert subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=False,
-                          timeout=30).returncode == 0
+    code = (
+        "import sys, loadtests.cli, loadtests.compare, loadtests.ledger, loadtests.report; "
+        "sys.exit('locust' in sys.modules)"
+    )
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO_ROOT, check=False, timeout=30
+        ).returncode
+        == 0
+    )
 
 
 # -- smoke runs ------------------------------------------------------------------------------
@@ -236,13 +283,32 @@ def test_importing_the_load_tests_does_not_import_locust() -> None:
 def _smoke(scenario: str, tmp_path: Path) -> dict[str, Any]:
     output = tmp_path / scenario
     done = subprocess.run(
-        [sys.executable, "-m", "loadtests", "run", scenario, "--smoke", "--duration", "4",
-         "--output", str(output), "--quiet"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=40, check=False,
+        [
+            sys.executable,
+            "-m",
+            "loadtests",
+            "run",
+            scenario,
+            "--smoke",
+            "--duration",
+            "4",
+            "--output",
+            str(output),
+            "--quiet",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=40,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    for name in ("locust_stats.csv", "locust_stats_history.csv", "locust_failures.csv",
-                 "report.html"):
+    for name in (
+        "locust_stats.csv",
+        "locust_stats_history.csv",
+        "locust_failures.csv",
+        "report.html",
+    ):
         assert (output / name).stat().st_size > 0, name
     summary: dict[str, Any] = json.loads((output / "summary.json").read_text())
     verdict = summary["verdict"]
