@@ -423,12 +423,10 @@ class Dispatcher:
                 self._retry_later(wait * 1000)  # a writable event meanwhile dispatches nothing
                 return
             batch, max_bytes = limiters_allowance(self.rate_limiters, batch, max_bytes)
-        for entry_id in [i for i in self.replay.head(batch) if self.cursor.is_acked(i)]:
-            self.replay.discard(entry_id)
         if self.key_shared is not None:
             self._read_more_key_shared(self.key_shared, batch, max_bytes)
             return
-        ids = [i for i in self.replay.head(batch) if not self.cursor.is_acked(i)]
+        ids = self.replay.head(batch)
         if ids:
             self._issue_read("replay", ReadIds(self.name, self._read_id + 1, ids, self.actor_ref))
             return
@@ -445,7 +443,6 @@ class Dispatcher:
         budgets = self._budgets()
         if self.replay:
             ids = rules.select_replay(self.replay, dict(budgets), batch)
-            ids = [i for i in ids if not self.cursor.is_acked(i)]
             if ids:
                 self._min_replayed = self.replay.first()
                 self._issue_read(
