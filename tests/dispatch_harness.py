@@ -21,6 +21,7 @@ from brokerlet.actors.dispatcher import (
     CancelRead,
     Dispatcher,
     EntriesRead,
+    GreenletTimer,
     MarkDeleteMoved,
     ReadEntries,
     ReadIds,
@@ -169,18 +170,6 @@ class _ThreadTimer:
         self._timer.cancel()
 
 
-class _GreenletTimer:
-    def __init__(self, seconds: float, func: Any) -> None:
-        self._greenlet = gevent.spawn_later(seconds, func)
-
-    @property
-    def done(self) -> bool:
-        return bool(self._greenlet.dead)
-
-    def cancel(self) -> None:
-        self._greenlet.kill(block=False)
-
-
 class _ManualTimer:
     def __init__(self, seconds: float, func: Any) -> None:
         self.seconds = seconds
@@ -208,7 +197,9 @@ class Harness:
 
     def __post_init__(self) -> None:
         base = self.actor_class
-        timer: Any = _ThreadTimer if issubclass(base, pykka.ThreadingActor) else _GreenletTimer
+        timer: Any = _ThreadTimer
+        if not issubclass(base, pykka.ThreadingActor):
+            timer = lambda seconds, func: GreenletTimer(gevent.spawn_later(seconds, func))  # noqa: E731
         if self.manual_timers:
             self.timers: list[_ManualTimer] = []
             timers = self.timers

@@ -31,6 +31,7 @@ from brokerlet.actors.dispatcher import (
     Ack,
     AddConsumer,
     ConsumerClosedByBroker,
+    GetMarkDelete,
     Redeliver,
     RemoveConsumer,
     Seek,
@@ -67,6 +68,8 @@ log = logging.getLogger(__name__)
 T = pb.BaseCommand
 _TOPIC_NAME = re.compile(r"^(persistent|non-persistent)://[^/\s]+/[^/\s]+/[^/\s]+$")
 _producer_names = itertools.count()
+NO_ID = 2**64 - 1
+"""-1 as an unsigned 64-bit id: "no entry" in message ids and request ids."""
 
 
 def valid_topic_name(topic: str) -> bool:
@@ -460,8 +463,12 @@ class ConnectionActor(GeventActor):
             self._error(request_id, pb.ServiceNotReady, "Subscription is closing, retry")
             return
         self.consumers[request.consumer_id] = consumer
-        self.handle.consumers = tuple(self.consumers.values())
+        self._consumers_changed()
         self._success(request_id)
+
+    def _consumers_changed(self) -> None:
+        """Publish the consumers to the event loop (one assignment; it reads without a lock)."""
+        self.handle.consumers = tuple(self.consumers.values())
 
     def _consumer(self, consumer_id: int, what: str) -> Consumer | None:
         consumer = self.consumers.get(consumer_id)
@@ -498,7 +505,7 @@ class ConnectionActor(GeventActor):
         request = command.close_consumer
         consumer = self.consumers.pop(request.consumer_id, None)
         if consumer is not None:
-            self.handle.consumers = tuple(self.consumers.values())
+            self._consumers_changed()
             self._remove(consumer, unsubscribe=False)
         self._success(request.request_id)
 
@@ -513,7 +520,7 @@ class ConnectionActor(GeventActor):
             self._error(request.request_id, error.code, error.message)
             return
         del self.consumers[request.consumer_id]
-        self.handle.consumers = tuple(self.consumers.values())
+        self._consumers_changed()
         self._success(request.request_id)
 
     def _requested_consumer(self, consumer_id: int, request_id: int) -> Consumer | None:
@@ -549,12 +556,12 @@ class ConnectionActor(GeventActor):
         if self.consumers.get(consumer.consumer_id) is not consumer:
             return
         del self.consumers[consumer.consumer_id]
-        self.handle.consumers = tuple(self.consumers.values())
+        self._consumers_changed()
         self._send(
             T(
                 type=T.CLOSE_CONSUMER,
                 close_consumer=pb.CommandCloseConsumer(
-                    consumer_id=consumer.consumer_id, request_id=2**64 - 1
+                    consumer_id=consumer.consumer_id, request_id=NO_ID
                 ),
             )
         )
@@ -564,21 +571,14 @@ class ConnectionActor(GeventActor):
         consumer = self._requested_consumer(request.consumer_id, request.request_id)
         if consumer is None:
             return
-        topic_ref = self._topic(consumer.topic)
-        ledger_id, last = topic_ref.ask(GetLastEntry())
-        dispatcher = self._dispatcher_of(consumer)
-        mark_delete = dispatcher.proxy().cursor.get().mark_delete
+        ledger_id, last = self._topic(consumer.topic).ask(GetLastEntry())
+        mark_delete = self._dispatcher_of(consumer).ask(GetMarkDelete())
         response = pb.CommandGetLastMessageIdResponse(request_id=request.request_id)
-        if last < 0:
-            response.last_message_id.ledger_id = 2**64 - 1
-            response.last_message_id.entry_id = 2**64 - 1
-        else:
-            response.last_message_id.ledger_id = ledger_id
-            response.last_message_id.entry_id = last
+        # An empty topic answers -1:-1, which the client reads as "nothing there".
+        response.last_message_id.ledger_id = ledger_id if last >= 0 else NO_ID
+        response.last_message_id.entry_id = last if last >= 0 else NO_ID
         response.consumer_mark_delete_position.ledger_id = ledger_id
-        response.consumer_mark_delete_position.entry_id = (
-            mark_delete if mark_delete >= 0 else 2**64 - 1
-        )
+        response.consumer_mark_delete_position.entry_id = mark_delete if mark_delete >= 0 else NO_ID
         self._send(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, get_last_message_id_response=response))
 
 

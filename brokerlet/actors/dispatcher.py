@@ -124,6 +124,10 @@ class GetStats:
     pass
 
 
+class GetMarkDelete:
+    """Asked: the subscription's mark-delete entry id."""
+
+
 class BatchWritten:
     """A consumer batch's write completed (only sent with COMPLETION_BARRIER)."""
 
@@ -232,6 +236,7 @@ class Dispatcher:
             BatchWritten: self._batch_written,
             PersistCursor: lambda _: self._persist_cursor(),
             GetStats: lambda _: self.stats(),
+            GetMarkDelete: lambda _: self.cursor.mark_delete,
         }
 
     # Actor plumbing.
@@ -341,11 +346,9 @@ class Dispatcher:
         self.pending_owner.clear()
         self.unacked = 0
         self.blocked_on_unacked = False
-        self._cancel_pending_read()
-        self.replay.clear()
         self.redelivery_counts.clear()
         self.cursor.reset(message.entry_id - 1)
-        self.read_position = message.entry_id
+        self._rewind()  # reads start again at entry_id
         self._cursor_changed()
         log.info("%s: reset to entry %d", self, message.entry_id)
         for consumer in closed:
@@ -367,16 +370,24 @@ class Dispatcher:
         self, consumer: Consumer, *, count_redelivery: bool = True, closing: bool = False
     ) -> None:
         self._unacked_changed(-consumer.unacked)
-        key_shared = self.key_shared
         for entry_id in consumer.pending:
-            self.pending_owner.pop(entry_id, None)
-            key_hash = key_shared.released(consumer, entry_id, closing=closing) if key_shared else 0
-            self.replay.add(entry_id, key_hash)
-            if count_redelivery:
-                self.redelivery_counts[entry_id] = self.redelivery_counts.get(entry_id, 0) + 1
+            self._requeue(consumer, entry_id, closing=closing, count_redelivery=count_redelivery)
         consumer.pending.clear()
         consumer.unacked = 0
         consumer.unblock()
+
+    def _requeue(
+        self, consumer: Consumer, entry_id: int, *, closing: bool, count_redelivery: bool
+    ) -> None:
+        """Put ``consumer``'s pending ``entry_id`` back in the replay set (the caller settles
+        the consumer's unacked count)."""
+        del self.pending_owner[entry_id]
+        key_shared = self.key_shared
+        self.replay.add(
+            entry_id, key_shared.released(consumer, entry_id, closing=closing) if key_shared else 0
+        )
+        if count_redelivery:
+            self.redelivery_counts[entry_id] = self.redelivery_counts.get(entry_id, 0) + 1
 
     def _rewind(self) -> None:
         """No consumer is left: forget the in-flight state and re-read from the mark-delete."""
@@ -472,16 +483,15 @@ class Dispatcher:
         return bool(rules.select_replay(self.replay, self._budgets(), 1))
 
     def _budgets(self) -> dict[Consumer, int]:
-        """Effective permits, in messages, of every consumer that can take entries now."""
-        limit = self.settings.max_unacked_messages_per_consumer if self.durable else 0
-        budgets = {}
-        for consumer in self.consumers:
-            if _available(consumer):
-                budget = consumer.permits
-                if limit > 0:
-                    budget = min(budget, limit - consumer.unacked)
-                budgets[consumer] = budget
-        return budgets
+        """Effective permits of every consumer that can take entries now."""
+        return {c: self._budget(c) for c in self.consumers if _available(c)}
+
+    def _budget(self, consumer: Consumer) -> int:
+        """Messages ``consumer`` may get now: its permits, capped by its unacked limit."""
+        limit = self.settings.max_unacked_messages_per_consumer
+        if limit > 0 and self.durable:
+            return min(consumer.permits, limit - consumer.unacked)
+        return consumer.permits
 
     def _issue_read(self, kind: str, request: ReadEntries | ReadIds) -> None:
         self._read_id = request.read_id
@@ -589,10 +599,7 @@ class Dispatcher:
             consumer = self._next_consumer()
             if consumer is None:
                 break
-            budget = consumer.permits
-            limit = self.settings.max_unacked_messages_per_consumer
-            if limit > 0 and self.durable:
-                budget = min(budget, limit - consumer.unacked)
+            budget = self._budget(consumer)
             batch: list[Entry] = []
             messages = 0
             while index < count and len(batch) < chunk and (messages < budget or not batch):
@@ -747,15 +754,10 @@ class Dispatcher:
             ids = list(consumer.pending)
         else:
             ids = [e for ledger, e in message.positions if ledger == self.ledger_id]
-        counts = self.redelivery_counts
         for entry_id in ids:
-            if self.pending_owner.get(entry_id) is not consumer:
-                continue
-            del self.pending_owner[entry_id]
-            self._consumer_acked(consumer, consumer.pending.pop(entry_id))
-            key_shared = self.key_shared
-            self.replay.add(entry_id, key_shared.released(consumer, entry_id) if key_shared else 0)
-            counts[entry_id] = counts.get(entry_id, 0) + 1
+            if self.pending_owner.get(entry_id) is consumer:
+                self._consumer_acked(consumer, consumer.pending.pop(entry_id))
+                self._requeue(consumer, entry_id, closing=False, count_redelivery=True)
         self._wake_for_replay()
 
     def _batch_written(self, _message: object) -> None:
@@ -869,10 +871,12 @@ class DispatcherActor(Dispatcher, GeventActor):
     """The broker's dispatcher: :class:`Dispatcher` on a gevent actor."""
 
     def call_later(self, seconds: float, func: Callable[[], object]) -> Cancellable:
-        return _GreenletTimer(gevent.spawn_later(seconds, func))
+        return GreenletTimer(gevent.spawn_later(seconds, func))
 
 
-class _GreenletTimer:
+class GreenletTimer:
+    """A ``call_later`` handle on gevent."""
+
     __slots__ = ("_greenlet",)
 
     def __init__(self, greenlet: gevent.Greenlet) -> None:

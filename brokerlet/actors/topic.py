@@ -226,32 +226,18 @@ class TopicActor(GeventActor):
             next_id = result if isinstance(result, int) else -1
             for item in items:
                 if item.entry is None:
-                    receipts.append(
-                        Receipt(
-                            item.sequence_id,
-                            item.highest_sequence_id,
-                            ledger_id,
-                            -1,
-                            pb.ChecksumError,
-                            "Checksum verification failed",
-                        )
-                    )
+                    error = (pb.ChecksumError, "Checksum verification failed")
                 elif isinstance(result, BaseException):
-                    receipts.append(
-                        Receipt(
-                            item.sequence_id,
-                            item.highest_sequence_id,
-                            ledger_id,
-                            -1,
-                            pb.PersistenceError,
-                            f"Append failed: {result}",
-                        )
-                    )
+                    error = (pb.PersistenceError, f"Append failed: {result}")
                 else:
                     receipts.append(
                         Receipt(item.sequence_id, item.highest_sequence_id, ledger_id, next_id)
                     )
                     next_id += 1
+                    continue
+                receipts.append(
+                    Receipt(item.sequence_id, item.highest_sequence_id, ledger_id, -1, *error)
+                )
             message.reply_to.tell(Appended(message.producer_id, receipts))
             if isinstance(result, int):
                 self.msg_in += sum(e.num_messages for e in new)

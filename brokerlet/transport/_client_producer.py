@@ -235,15 +235,7 @@ class PartitionProducer(Handler):
         metadata = pb.MessageMetadata(
             producer_name=self.producer_name, sequence_id=sequence_id, publish_time=_now_ms()
         )
-        if properties:
-            for key, value in properties.items():
-                metadata.properties.add(key=key, value=value)
-        if partition_key is not None:
-            metadata.partition_key = partition_key
-        if ordering_key is not None:
-            metadata.ordering_key = ordering_key
-        if event_timestamp is not None:
-            metadata.event_time = event_timestamp
+        _set_message_fields(metadata, properties, partition_key, ordering_key, event_timestamp)
         entry = build_entry(metadata, content)
         self._enqueue(_PendingSend(sequence_id, sequence_id, entry, [callback], deadline, False))
 
@@ -285,15 +277,7 @@ class PartitionProducer(Handler):
             self.flush_batch()
             batch = self._batch
         single = pb.SingleMessageMetadata(payload_size=len(content), sequence_id=sequence_id)
-        if properties:
-            for key, value in properties.items():
-                single.properties.add(key=key, value=value)
-        if partition_key is not None:
-            single.partition_key = partition_key
-        if ordering_key is not None:
-            single.ordering_key = ordering_key
-        if event_timestamp is not None:
-            single.event_time = event_timestamp
+        _set_message_fields(single, properties, partition_key, ordering_key, event_timestamp)
         if not batch.messages:
             batch.first_sequence_id = sequence_id
             batch.deadline = deadline
@@ -641,3 +625,22 @@ class Producer:
         for producer in self._producers:
             producer.close()
         self._context.forget(self)
+
+
+def _set_message_fields(
+    metadata: pb.MessageMetadata | pb.SingleMessageMetadata,
+    properties: dict[str, str] | None,
+    partition_key: str | None,
+    ordering_key: bytes | None,
+    event_timestamp: int | None,
+) -> None:
+    """Fill what a message and a message inside a batch carry alike (same field names)."""
+    if properties:
+        for key, value in properties.items():
+            metadata.properties.add(key=key, value=value)
+    if partition_key is not None:
+        metadata.partition_key = partition_key
+    if ordering_key is not None:
+        metadata.ordering_key = ordering_key
+    if event_timestamp is not None:
+        metadata.event_time = event_timestamp
