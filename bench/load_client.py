@@ -384,16 +384,7 @@ def _send_all(producer: Any, job: ProducerJob) -> ProducerReport:
         error = f"send failed after {sent} sends: {error_raised!r}"
     last_completion_ns = clock()
     cpu_s = _cpu_seconds() - cpu_start
-    failed = sorted(str(result) for result in results if result != pulsar.Result.Ok)
-    if error is None and failed:
-        error = f"sends failed with {', '.join(failed)}"
-    return ProducerReport(
-        sent=sent,
-        first_send_ns=first_send_ns if sent else 0,
-        last_completion_ns=last_completion_ns if error is None else 0,
-        cpu_s=cpu_s,
-        error=error,
-    )
+    return _producer_report(sent, first_send_ns, last_completion_ns, cpu_s, results, error)
 
 
 def _send_keyed_or_timed(producer: Any, job: ProducerJob, choices: list[int]) -> ProducerReport:
@@ -455,16 +446,8 @@ def _send_keyed_or_timed(producer: Any, job: ProducerJob, choices: list[int]) ->
     # The flush returns once every send is acknowledged; their callbacks may still be running.
     if error is None and timed_sends and not all_timed.wait(job.timeout):
         error = f"only {len(latencies)} of {timed_sends} timed receipts arrived"
-    failed = sorted(str(result) for result in results if result != pulsar.Result.Ok)
-    if error is None and failed:
-        error = f"sends failed with {', '.join(failed)}"
-    return ProducerReport(
-        sent=sent,
-        first_send_ns=first_send_ns if sent else 0,
-        last_completion_ns=last_completion_ns if error is None else 0,
-        cpu_s=cpu_s,
-        error=error,
-        latencies_ns=latencies.tobytes(),
+    return _producer_report(
+        sent, first_send_ns, last_completion_ns, cpu_s, results, error, latencies.tobytes()
     )
 
 
@@ -516,3 +499,26 @@ def _cpu_seconds() -> float:
 
 def _quiet_logger() -> Any:
     return pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
+
+
+def _producer_report(
+    sent: int,
+    first_send_ns: int,
+    last_completion_ns: int,
+    cpu_s: float,
+    results: Any,
+    error: str | None,
+    latencies_ns: bytes = b"",
+) -> ProducerReport:
+    """The report of a send loop: a failed send result fails the run."""
+    failed = sorted(str(result) for result in results if result != pulsar.Result.Ok)
+    if error is None and failed:
+        error = f"sends failed with {', '.join(failed)}"
+    return ProducerReport(
+        sent=sent,
+        first_send_ns=first_send_ns if sent else 0,
+        last_completion_ns=last_completion_ns if error is None else 0,
+        cpu_s=cpu_s,
+        error=error,
+        latencies_ns=latencies_ns,
+    )
