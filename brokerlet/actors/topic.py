@@ -19,6 +19,7 @@ import pykka
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.dispatcher import (
     CancelRead,
+    CloseConsumers,
     DispatcherActor,
     EntriesRead,
     GetStats,
@@ -95,6 +96,24 @@ class AppendDone:
 class AddProducer:
     name: str
     peer: str
+    owner: Any = None  # the connection actor, told ProducerClosedByBroker
+    producer_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerClosedByBroker:
+    """Told to a connection actor: the broker closed this producer (the client reconnects)."""
+
+    producer_id: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class CloseClients:
+    """Asked before a topic is deleted: how many producers and consumers are connected;
+    with ``close``, each is closed the broker's way first (CLOSE_PRODUCER / CLOSE_CONSUMER)."""
+
+    close: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +165,7 @@ class TopicActor(GeventActor):
         self.ledger = ledger
         self.settings = settings
         self.producers: dict[str, str] = {}  # name -> peer
+        self.producer_owners: dict[str, tuple[Any, int]] = {}  # name -> (connection, id)
         self.subscriptions: dict[str, pykka.ActorRef[DispatcherActor]] = {}
         self.mark_deletes: dict[str, int] = {}
         self.waiting: dict[str, ReadEntries] = {}  # long polls at the end of the ledger
@@ -175,6 +195,7 @@ class TopicActor(GeventActor):
             GetLastEntry: lambda _: (self.ledger.ledger_id, self.ledger.last_entry_id),
             ResolvePosition: lambda m: self._start_of(m.message_id),
             TopicStats: lambda _: self.stats(),
+            CloseClients: self._close_clients,
         }
 
     def on_start(self) -> None:
@@ -255,9 +276,26 @@ class TopicActor(GeventActor):
                 pb.ProducerBusy, f"Producer with name {message.name!r} is already connected"
             )
         self.producers[message.name] = message.peer
+        if message.owner is not None:
+            self.producer_owners[message.name] = (message.owner, message.producer_id)
 
     def _remove_producer(self, message: RemoveProducer) -> None:
         self.producers.pop(message.name, None)
+        self.producer_owners.pop(message.name, None)
+
+    def _close_clients(self, message: CloseClients) -> int:
+        count = len(self.producers)
+        for dispatcher in list(self.subscriptions.values()):
+            with contextlib.suppress(pykka.ActorDeadError):
+                attached: int = dispatcher.ask(CloseConsumers(message.close), block=True)
+                count += attached
+        if message.close:
+            for name, (owner, producer_id) in self.producer_owners.items():
+                with contextlib.suppress(pykka.ActorDeadError):
+                    owner.tell(ProducerClosedByBroker(producer_id, name))
+            self.producers.clear()
+            self.producer_owners.clear()
+        return count
 
     # Subscriptions.
 
