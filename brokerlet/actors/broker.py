@@ -29,6 +29,7 @@ from brokerlet.actors.topic import CloseClients, TopicActor, TopicStats
 from brokerlet.config import Settings
 from brokerlet.metadata import MetadataStore, TopicName
 from brokerlet.metadata import topics as rules
+from brokerlet.metadata.policies import PolicyError
 from brokerlet.metadata.store import AlreadyExists, NotFound
 from brokerlet.storage import CursorStore, DiskStorage, Ledger, MemoryLedger
 from brokerlet.transport.protocol import pb
@@ -139,7 +140,7 @@ class BrokerActor(GeventActor):
         if isinstance(message, CreateTopic):
             return self._create(message)
         if isinstance(message, UpdatePartitions):
-            return self.metadata.update_partitions(message.name, message.partitions)
+            return self._update_partitions(message)
         if isinstance(message, DeleteTopic):
             return self._delete(message)
         raise TypeError(f"unexpected message {message!r}")
@@ -197,6 +198,17 @@ class BrokerActor(GeventActor):
         if rules.exists(store, name) or name.full in self.topics:
             raise AlreadyExists("This topic already exists")
         store.create_topic(name.full, name.namespace, message.partitions, message.properties)
+
+    def _update_partitions(self, message: UpdatePartitions) -> None:
+        stored = self.metadata.topics.get(message.name)
+        if stored is not None and message.partitions < stored.partitions:
+            # Checked again here: two updates racing must not shrink the topic.
+            raise PolicyError(
+                422,
+                f"Expect partitions {message.partitions} can't less than current "
+                f"partitions {stored.partitions}.",
+            )
+        self.metadata.update_partitions(message.name, message.partitions)
 
     def _delete(self, message: DeleteTopic) -> None:
         name = _parse(message.name)

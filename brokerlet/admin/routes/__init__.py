@@ -7,11 +7,19 @@ Each area has a module here exposing ``routes() -> list[Route]`` (see
 from __future__ import annotations
 
 from brokerlet.admin.rest import Route
-from brokerlet.admin.routes import brokers, stats, topics
+from brokerlet.admin.routes import (
+    brokers,
+    clusters,
+    lookup,
+    namespaces,
+    stats,
+    tenants,
+    topics,
+)
 
 __all__ = ["MODULES", "all_routes"]
 
-MODULES = (stats, brokers, topics)
+MODULES = (stats, brokers, clusters, tenants, namespaces, topics, lookup)
 
 
 def all_routes() -> list[Route]:
