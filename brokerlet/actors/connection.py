@@ -334,7 +334,7 @@ class ConnectionActor(GeventActor):
         self._send(T(type=T.LOOKUP_RESPONSE, lookup_response=response))
 
     def _topics_of_namespace(self, command: pb.BaseCommand) -> None:
-        request = command.getTopicsOfNamespace
+        request = command.get_topics_of_namespace
         response = pb.CommandGetTopicsOfNamespaceResponse(request_id=request.request_id)
         names = self.broker.ask(TopicsOfNamespace(request.namespace, request.mode))
         pattern = request.topics_pattern
@@ -355,7 +355,7 @@ class ConnectionActor(GeventActor):
         else:
             response.topics.extend(names)
         self._send(
-            T(type=T.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=response)
+            T(type=T.GET_TOPICS_OF_NAMESPACE_RESPONSE, get_topics_of_namespace_response=response)
         )
 
     def _error(self, request_id: int, code: pb.ServerError.ValueType, message: str) -> None:
