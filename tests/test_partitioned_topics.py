@@ -233,6 +233,23 @@ def test_a_grown_partition_count_is_seen_by_later_lookups(client: pulsar.Client,
     assert {m.topic_name() for m in messages} == {f"{topic}-partition-{i}" for i in range(4)}
 
 
+def test_growing_copies_durable_subscriptions_to_the_new_partitions(
+    client: pulsar.Client, web: str
+) -> None:
+    # PersistentTopicsBase#internalUpdatePartitionedTopicAsync copies partition 0's durable
+    # subscriptions, so messages on a new partition wait for consumers that find it later.
+    topic = new_topic()
+    create_partitioned(web, topic, 2)
+    client.subscribe(topic, "keep", consumer_type=pulsar.ConsumerType.Shared)
+    local = topic.removeprefix("persistent://")
+    assert requests.post(f"{web}/admin/v2/persistent/{local}/partitions", json=3, timeout=10).ok
+
+    client.create_producer(f"{topic}-partition-2").send(b"early")
+    stats = requests.get(f"{web}/admin/v2/persistent/{local}-partition-2/stats", timeout=10)
+
+    assert stats.json()["subscriptions"]["keep"]["msgBacklog"] == 1
+
+
 def test_partitions_are_ordinary_topics_to_the_admin_api(client: pulsar.Client, web: str) -> None:
     topic = new_topic()
     create_partitioned(web, topic, 2)

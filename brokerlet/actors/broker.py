@@ -23,9 +23,10 @@ from brokerlet.actors.connection import (
     PartitionedMetadata,
     TopicsOfNamespace,
 )
+from brokerlet.actors.dispatcher import SUB_TYPE_NAMES
 from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.ratelimit import DispatchRateLimiter
-from brokerlet.actors.topic import CloseClients, TopicActor, TopicStats
+from brokerlet.actors.topic import CloseClients, Subscribe, TopicActor, TopicStats
 from brokerlet.config import Settings
 from brokerlet.metadata import MetadataStore, TopicName
 from brokerlet.metadata import topics as rules
@@ -209,6 +210,28 @@ class BrokerActor(GeventActor):
                 f"partitions {stored.partitions}.",
             )
         self.metadata.update_partitions(message.name, message.partitions)
+        if stored is not None:
+            self._copy_subscriptions(_parse(message.name), stored.partitions, message.partitions)
+
+    def _copy_subscriptions(self, name: TopicName, old: int, new: int) -> None:
+        """New partitions get partition 0's durable subscriptions, at their start, as
+        ``internalUpdatePartitionedTopicAsync`` does: nothing published to them before a
+        consumer finds them is lost to those subscriptions."""
+        first = self.topics.get(name.partition(0).full)
+        if first is None or new <= old:
+            return
+        stats: dict[str, Any] = first.ask(TopicStats(), block=True)
+        durable = [
+            (sub, stat.get("type"))
+            for sub, stat in stats.get("subscriptions", {}).items()
+            if stat.get("isDurable", True)
+        ]
+        kinds = {kind_name: kind for kind, kind_name in SUB_TYPE_NAMES.items()}
+        for index in range(old, new):
+            topic = self._topic(name.partition(index).full)
+            for sub, kind_name in durable:
+                kind = kinds.get(kind_name, pb.CommandSubscribe.Exclusive)
+                topic.ask(Subscribe(sub, kind, True, pb.CommandSubscribe.Earliest))
 
     def _delete(self, message: DeleteTopic) -> None:
         name = _parse(message.name)
