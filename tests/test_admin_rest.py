@@ -184,5 +184,12 @@ def test_guards_run_before_the_handler_and_may_refuse_or_set_the_role() -> None:
     assert seen == ["tenant", "tenant"]
 
 
+def test_the_context_takes_attributes_other_areas_add() -> None:
+    context = AdminContext(metadata="store", schemas="registry", quotas="limits")
+
+    assert (context.metadata, context.schemas, context.security) == ("store", "registry", None)
+    assert context.quotas == "limits"  # type: ignore[attr-defined]
+
+
 def test_the_path_converter_takes_the_rest_of_the_path(client: Client) -> None:
     assert _json(client.get("/files/a/b/c"))["args"] == {"rest": "a/b/c"}

@@ -48,6 +48,7 @@ __all__ = [
     "optional_field",
     "query_bool",
     "query_int",
+    "require_field",
     "required_field",
 ]
 
@@ -104,6 +105,10 @@ class AdminContext:
         registry: the Prometheus registry ``/metrics`` renders.
         web_service_url: this web service's own ``http://host:port``.
         service_url: the ``pulsar://`` URL lookups answer.
+        schemas: the schema registry (the schema area sets it).
+        security: the authentication and authorization services (the security area).
+
+    Any other keyword becomes an attribute too, for areas that add their own.
     """
 
     def __init__(
@@ -117,6 +122,9 @@ class AdminContext:
         registry: Any = None,
         web_service_url: Callable[[], str] | None = None,
         service_url: Callable[[], str] | None = None,
+        schemas: Any = None,
+        security: Any = None,
+        **extra: Any,
     ) -> None:
         self.broker = broker
         self.settings = settings
@@ -126,6 +134,10 @@ class AdminContext:
         self.registry = registry
         self.web_service_url = web_service_url
         self.service_url = service_url
+        self.schemas = schemas
+        self.security = security
+        for name, value in extra.items():
+            setattr(self, name, value)
 
 
 class AdminRequest:
@@ -227,17 +239,24 @@ def json_object(request: AdminRequest, *, default: object = ...) -> dict[str, An
     return document
 
 
-def required_field(document: Mapping[str, Any], name: str, kind: type[T]) -> T:
-    if name not in document:
+def required_field(document: object, name: str, kind: type | tuple[type, ...]) -> Any:
+    """``document[name]``, present, not null and of ``kind``; else a 400 naming the field."""
+    if not isinstance(document, Mapping):
+        raise RestError(400, f"Request body must be a JSON object, got {json.dumps(document)}")
+    if document.get(name) is None:
         raise RestError(400, f"{name}: required")
     return expect(document[name], kind, name)
 
 
-def optional_field(document: Mapping[str, Any], name: str, kind: type[T], default: T) -> T:
-    value = document.get(name)
-    if value is None:
+require_field = required_field
+"""The same, under the name other areas' first versions of this module used."""
+
+
+def optional_field(document: object, name: str, kind: type | tuple[type, ...], default: T) -> Any:
+    """``document[name]`` when present and not null (it must be of ``kind``), else ``default``."""
+    if not isinstance(document, Mapping) or document.get(name) is None:
         return default
-    return expect(value, kind, name)
+    return expect(document[name], kind, name)
 
 
 def query_bool(request: AdminRequest, name: str, default: bool = False) -> bool:
