@@ -6,6 +6,8 @@ Each area has a module here exposing ``routes() -> list[Route]`` (see
 
 from __future__ import annotations
 
+import functools
+
 from brokerlet.admin.rest import Route
 from brokerlet.admin.routes import (
     brokers,
@@ -22,6 +24,12 @@ __all__ = ["MODULES", "all_routes"]
 MODULES = (stats, brokers, clusters, tenants, namespaces, topics, lookup)
 
 
+@functools.cache
+def _mounted() -> tuple[Route, ...]:
+    return tuple(route for module in MODULES for route in module.routes())
+
+
 def all_routes() -> list[Route]:
-    """Every route of every module, in mounting order."""
-    return [route for module in MODULES for route in module.routes()]
+    """Every route of every module, in mounting order (the same objects on every call, so
+    the app's compiled URL map is built once per process)."""
+    return list(_mounted())
