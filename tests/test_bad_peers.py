@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf import unknown_fields
 from rawclient import ConnectionClosed, RawClient, make_entry
 
 from brokerlet import Broker
+from brokerlet.actors.broker import CloseIdleTopics
 from brokerlet.actors.keyshared import NO_KEY_HASH, KeySharedMeta, KeySharedRules
 from brokerlet.actors.supervision import restarts
 from brokerlet.config import Settings
@@ -310,3 +312,104 @@ def test_connections_over_the_cap_are_closed(key: str) -> None:
         with RawClient(broker.address) as again:
             again.handshake()  # room again
         first.close()
+
+
+# Also: per-message size, repeated warnings, unsupported requests, idle topics.
+
+
+def sized_send(client: RawClient, producer_id: int, sequence_id: int, entry_size: int) -> bytes:
+    base = len(make_entry("p", sequence_id, b""))
+    entry = make_entry("p", sequence_id, b"x" * (entry_size - base))
+    assert len(entry) == entry_size
+    header, body = encode_send(producer_id, sequence_id, 1, entry)
+    return header + body
+
+
+def test_a_message_over_max_message_size_is_refused_with_send_error() -> None:
+    # Pulsar's PersistentTopic.isExceedMaximumMessageSize: NotAllowedException -> SEND_ERROR.
+    with Broker(port=0, max_message_size=1024) as broker, RawClient(broker.address) as client:
+        client.handshake()
+        client.create_producer(TOPIC, 1)
+        client.send_raw(sized_send(client, 1, 0, 1024))
+        assert client.expect(T.SEND_RECEIPT).send_receipt.message_id.entry_id == 0
+        client.send_raw(sized_send(client, 1, 1, 1025))
+        error = client.expect(T.SEND_ERROR).send_error
+        assert (error.sequence_id, error.error) == (1, pb.NotAllowedError)
+        assert "maximum message size" in error.message
+        client.ping()
+
+
+def test_commands_for_unknown_consumers_are_logged_once_then_counted(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="brokerlet")
+    with RawClient(broker.address) as client:
+        client.handshake()
+        for _ in range(50):
+            client.flow(77, 10)
+        client.ack(77, [1], 1)
+        client.ping()
+    poll(lambda: any("more commands" in m for m in caplog.messages), "the summary at close")
+    about = [m for m in caplog.messages if "unknown consumer" in m]
+    assert len(about) == 2, about  # the first occurrence, then one line at close
+    assert "50 more commands for unknown consumers" in about[1]
+
+
+def unsupported(type_value: int, body: bytes) -> bytes:
+    """A frame of a command whose body brokerlet's schema does not declare."""
+    key = (type_value << 3) | 2
+    tag = bytes([(key & 0x7F) | 0x80, key >> 7])
+    command = bytes([0x08, type_value]) + tag + bytes([len(body)]) + body
+    return struct.pack(">II", len(command) + 4, len(command)) + command
+
+
+def unknown_body(frame: Any) -> bytes:
+    fields = list(unknown_fields.UnknownFieldSet(frame.command))
+    assert len(fields) == 1
+    data: bytes = fields[0].data
+    return data
+
+
+@pytest.mark.parametrize(
+    ("request_type", "body", "reply_type", "reply_body"),
+    [
+        # request_id = 7; the reply: request_id, error code, message (field numbers per type).
+        (T.GET_SCHEMA, b"\x08\x07\x12\x01t", T.GET_SCHEMA_RESPONSE, b"\x08\x07\x10\x16\x1a"),
+        (T.CONSUMER_STATS, b"\x08\x07\x20\x01", T.CONSUMER_STATS_RESPONSE, b"\x08\x07\x10\x16\x1a"),
+        (T.NEW_TXN, b"\x08\x07", T.NEW_TXN_RESPONSE, b"\x08\x07\x20\x16\x2a"),
+        (T.GET_TOPICS_OF_NAMESPACE, b"\x08\x07\x12\x01n", T.ERROR, b""),
+    ],
+)
+def test_unsupported_requests_are_answered_at_once(
+    broker: Broker, request_type: int, body: bytes, reply_type: int, reply_body: bytes
+) -> None:
+    with RawClient(broker.address) as client:
+        client.handshake()
+        client.send_raw(unsupported(request_type, body))
+        reply = client.expect_frame(reply_type, timeout=1)
+        if reply_type == T.ERROR:
+            error = reply.command.error
+            assert (error.request_id, error.error) == (7, pb.NotAllowedError)
+        else:
+            assert unknown_body(reply).startswith(reply_body)
+        client.ping()
+
+
+def test_idle_disk_topics_are_closed_not_deleted(tmp_path: Path) -> None:
+    broker = disk_broker(tmp_path, inactive_topic_close_interval_seconds=1)
+    try:
+        with RawClient(broker.address) as client:
+            client.handshake()
+            client.create_producer(TOPIC, 1)
+            client.produce(1, 0, b"kept")
+            client.close_producer(1)
+            poll(lambda: TOPIC not in broker.stats(), "the idle topic closed", timeout=4)
+            client.subscribe(TOPIC, "later", 1)  # reopened on use, with its data
+            client.flow(1, 1)
+            assert client.receive(1, 1)[0].payload == b"kept"
+            # A topic with a subscription is not idle: a check now leaves it open.
+            closed = broker._call(lambda ref: ref.ask(CloseIdleTopics(), block=True))
+            assert closed == []
+            assert TOPIC in broker.stats()
+    finally:
+        broker.stop()
