@@ -8,6 +8,7 @@ synchronise except where a test needs a peer that is slow on purpose.
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import struct
 import time
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pulsar
 import pytest
 from google.protobuf import unknown_fields
 from rawclient import ConnectionClosed, RawClient, make_entry
@@ -413,3 +415,17 @@ def test_idle_disk_topics_are_closed_not_deleted(tmp_path: Path) -> None:
             assert TOPIC in broker.stats()
     finally:
         broker.stop()
+
+
+def test_official_client_pattern_subscription_fails_promptly(broker: Broker) -> None:
+    # A regex subscription asks GET_TOPICS_OF_NAMESPACE, which brokerlet does not serve yet:
+    # the C++ client completes it from the CommandError (ClientConnection::handleError)
+    # instead of waiting for its 20 s operation timeout.
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=20)
+    try:
+        began = time.monotonic()
+        with pytest.raises(pulsar.PulsarException):
+            client.subscribe(re.compile("persistent://public/default/pattern-.*"), "s")
+        assert time.monotonic() - began < 2
+    finally:
+        client.close()
