@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -113,15 +114,22 @@ def resubscribe(client: RawClient, subscription: str, sub_type: int) -> None:
     within(RECOVERY, lambda: client.subscribe(TOPIC, subscription, 1, sub_type=sub_type))
 
 
+@pytest.mark.parametrize("storage", ["memory", "disk"])
 def test_a_failed_topic_is_reopened_with_its_data_and_cursors(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    storage: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.ERROR, logger="brokerlet")
     fault = Fault()
     fault.inject(monkeypatch, TopicActor, "_append", lambda m: isinstance(m, Append))
     fault.fired = True  # armed below, once the topic holds data
     before = restarts()
-    with Broker(port=0) as broker, RawClient(broker.address) as client:
+    with (
+        Broker(port=0, storage=storage, data_dir=str(tmp_path)) as broker,
+        RawClient(broker.address) as client,
+    ):
         bystander = Bystander(broker)
         client.handshake()
         client.create_producer(TOPIC, 1)

@@ -65,7 +65,7 @@ from brokerlet.transport.protocol import (
     decode_payload,
     encode_command,
     encode_send_receipt,
-    parse_metadata,
+    metadata_problem,
     pb,
 )
 
@@ -682,11 +682,10 @@ def _metadata_refusal(entry: bytes) -> tuple[pb.ServerError.ValueType, str] | No
     Consumers and the Key_Shared dispatcher parse every stored entry, so an undecodable one
     is refused before it is receipted, as Pulsar refuses a message it cannot parse.
     """
-    try:
-        parse_metadata(entry)
-    except ProtocolError as error:
-        return pb.NotAllowedError, f"Invalid message metadata: {error.reason}"
-    return None
+    problem = metadata_problem(entry)
+    if problem is None:
+        return None
+    return pb.NotAllowedError, f"Invalid message metadata: {problem}"
 
 
 class _ProtocolViolation(Exception):  # noqa: N818 - a signal, not an error to report

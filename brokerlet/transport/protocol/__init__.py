@@ -37,6 +37,7 @@ from brokerlet.transport.protocol._payload import (
     crc32c,
     decode_payload,
     encode_batch,
+    metadata_problem,
     parse_metadata,
     split_batch,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "encode_payload_command",
     "encode_send",
     "encode_send_receipt",
+    "metadata_problem",
     "parse_metadata",
     "pb",
     "split_batch",
