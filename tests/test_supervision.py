@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pulsar
 import pytest
 import requests
 from rawclient import RawClient
@@ -232,3 +233,32 @@ def test_a_failed_connection_releases_its_producers_and_consumers(
         assert [m.payload for m in good.receive(1, 4)] == [*stored, b"after"]
     bystander.check()
     assert restarts()["connection"] == before["connection"] + 1
+
+
+def test_the_official_client_rides_over_a_topic_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CLOSE_PRODUCER / CLOSE_CONSUMER from the broker make the C++ client reconnect and resend
+    # what was not receipted (ProducerImpl resends its pending queue), so nothing is lost.
+    fault = Fault()
+    fault.inject(monkeypatch, TopicActor, "_append", lambda m: isinstance(m, Append))
+    fault.fired = True
+    with Broker(port=0) as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        try:
+            consumer = client.subscribe(TOPIC, "official", consumer_type=pulsar.ConsumerType.Shared)
+            producer = client.create_producer(TOPIC, batching_enabled=False)
+            for i in range(10):
+                producer.send(f"m-{i}".encode())
+            fault.fired = False
+            began = time.monotonic()
+            for i in range(10, 20):
+                producer.send(f"m-{i}".encode())  # the first one fails the topic
+            assert time.monotonic() - began < 5
+            assert fault.fired
+            got: set[bytes] = set()
+            while len(got) < 20:
+                message = consumer.receive(timeout_millis=5000)
+                got.add(message.data())
+                consumer.acknowledge(message)
+            assert got == {f"m-{i}".encode() for i in range(20)}
+        finally:
+            client.close()
