@@ -34,6 +34,7 @@ import pykka
 __all__ = [
     "DispatcherFailed",
     "GetCursorState",
+    "QuietRef",
     "TopicClosedByBroker",
     "TopicFailed",
     "record_failure",
@@ -69,6 +70,25 @@ def tell_quietly(ref: Any, message: object) -> bool:
     except pykka.ActorDeadError:
         return False
     return True
+
+
+class QuietRef:
+    """An actor ref whose ``tell`` drops the message if the actor is dead.
+
+    Given to children for their parent: a dispatcher whose topic just failed (and is about
+    to stop it) must not fail itself telling the topic an ack moved.
+    """
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+
+    def tell(self, message: object) -> None:
+        tell_quietly(self.ref, message)
+
+    def ask(self, message: object, **kwargs: Any) -> Any:
+        return self.ref.ask(message, **kwargs)
 
 
 def stop_quietly(ref: Any, timeout: float = 5.0) -> None:

@@ -34,6 +34,7 @@ from brokerlet.actors.supervision import (
     CursorState,
     DispatcherFailed,
     GetCursorState,
+    QuietRef,
     TopicClosedByBroker,
     TopicFailed,
     record_failure,
@@ -331,7 +332,7 @@ class TopicActor(GeventActor):
             cursor = Cursor.restore(*saved)
             start = cursor.mark_delete + 1
         dispatcher = DispatcherActor.start(
-            topic=self.actor_ref,
+            topic=QuietRef(self.actor_ref),
             topic_name=self.name,
             ledger_id=self.ledger.ledger_id,
             name=message.subscription,
