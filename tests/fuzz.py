@@ -8,6 +8,7 @@ topic and dispatcher actors and not only the decoder. Categories:
 - ``bad_sizes``: frames whose total and command sizes disagree with what follows;
 - ``bit_flips``: real frames (as the official client sends them) with one to three bits flipped;
 - ``unknown_ids``: FLOW, ACK, REDELIVER, closes, SEEK and SEND for ids that do not exist;
+- ``live_ids``: the same commands, with random positions, for the real producer and consumer;
 - ``odd_flow``: FLOW permits of 0, 1, 2^31 and 2^32 - 1 on a real consumer, and early acks;
 - ``bad_names``: topic, subscription and producer names that are empty, invalid, not UTF-8;
 - ``bad_payloads``: SENDs with garbage metadata, bad checksums, wrong sizes;
@@ -63,6 +64,7 @@ CATEGORIES = (
     "bad_sizes",
     "bit_flips",
     "unknown_ids",
+    "live_ids",
     "odd_flow",
     "bad_names",
     "bad_payloads",
@@ -213,8 +215,13 @@ class Fuzzer:
         return frames
 
     def _gen_unknown_ids(self) -> list[bytes]:
+        return self._id_commands(self.rng.choice([2, 999, 2**63, 2**64 - 1]))
+
+    def _gen_live_ids(self) -> list[bytes]:
+        return self._id_commands(1)  # the producer and consumer the setup made
+
+    def _id_commands(self, cid: int) -> list[bytes]:
         rng = self.rng
-        cid = rng.choice([2, 999, 2**63, 2**64 - 1])
         seek = pb.CommandSeek(consumer_id=cid, request_id=9)
         seek.message_id.ledger_id = rng.randint(0, 2**64 - 1)
         seek.message_id.entry_id = rng.randint(0, 2**64 - 1)
@@ -251,6 +258,10 @@ class Fuzzer:
         return frames
 
     def _gen_bad_names(self) -> list[bytes]:
+        # Answered, not disconnected: several fit in one connection.
+        return [self._bad_name() for _ in range(self.rng.randint(1, 4))]
+
+    def _bad_name(self) -> bytes:
         rng = self.rng
         names = [
             "", " ", "persistent://", "persistent://a/b/", "a/b/c", "x" * 5000,
@@ -277,9 +288,12 @@ class Fuzzer:
         if rng.random() < 0.5 and b"Z" in body:  # not UTF-8 where a name ends
             index = body.rindex(b"Z")
             body = body[:index] + bytes([rng.choice([0x80, 0xC0, 0xFF])]) + body[index + 1 :]
-        return [_raw_frame(body)]
+        return _raw_frame(body)
 
     def _gen_bad_payloads(self) -> list[bytes]:
+        return [self._bad_payload() for _ in range(self.rng.randint(1, 3))]
+
+    def _bad_payload(self) -> bytes:
         rng = self.rng
         entry = make_entry("fuzz", 0, b"body")
         choice = rng.randrange(4)
@@ -287,7 +301,7 @@ class Fuzzer:
             metadata = rng.randbytes(rng.randint(1, 30))
             entry = struct.pack(">I", len(metadata)) + metadata + b"body"
             header, body = encode_send(1, 0, 1, entry)
-            return [header + body]
+            return header + body
         header, body = encode_send(1, 0, rng.choice([1, 0, -1, 2**31 - 1]), entry)
         data = bytearray(header + body)
         if choice == 1:  # a wrong checksum
@@ -295,9 +309,12 @@ class Fuzzer:
         elif choice == 2:  # a metadata size past the end
             offset = len(data) - len(entry)
             data[offset : offset + 4] = struct.pack(">I", rng.randint(len(entry), 2**32 - 1))
-        return [bytes(data)]
+        return bytes(data)
 
     def _gen_unsupported(self) -> list[bytes]:
+        return [self._unsupported() for _ in range(self.rng.randint(1, 4))]
+
+    def _unsupported(self) -> bytes:
         rng = self.rng
         kind = rng.choice([T.GET_SCHEMA, T.CONSUMER_STATS, T.GET_TOPICS_OF_NAMESPACE,
                            T.GET_OR_CREATE_SCHEMA, T.NEW_TXN, T.END_TXN, T.ADD_PARTITION_TO_TXN,
@@ -306,7 +323,7 @@ class Fuzzer:
         body = bytes([0x08, rng.randint(0, 127)]) + rng.randbytes(rng.randint(0, 8))
         key = (kind << 3) | 2
         tag = bytes([(key & 0x7F) | 0x80, key >> 7]) if key >= 0x80 else bytes([key])
-        return [_raw_frame(bytes([0x08, kind]) + tag + bytes([len(body)]) + body)]
+        return _raw_frame(bytes([0x08, kind]) + tag + bytes([len(body)]) + body)
 
     # Driving connections.
 
