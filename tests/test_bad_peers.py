@@ -34,6 +34,7 @@ from brokerlet.transport.protocol import (
     encode_send,
     pb,
 )
+from brokerlet.transport.protocol._unsupported import UNSUPPORTED
 
 T = pb.BaseCommand
 TOPIC = "persistent://public/default/bad-peers"
@@ -429,3 +430,23 @@ def test_official_client_pattern_subscription_fails_promptly(broker: Broker) -> 
         assert time.monotonic() - began < 2
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("request_type", sorted(UNSUPPORTED))
+def test_every_unsupported_request_gets_its_answer(broker: Broker, request_type: int) -> None:
+    request_id_field = UNSUPPORTED[request_type].request_id_field
+    body = bytes([request_id_field << 3, 42])  # request_id = 42, nothing else
+    with RawClient(broker.address) as client:
+        client.handshake()
+        client.send_raw(unsupported(request_type, body))
+        reply = client.recv_frame(timeout=1)
+        expected = UNSUPPORTED[request_type].response_type or T.ERROR
+        assert reply.command.type == expected
+        if expected == T.ERROR:
+            assert (reply.command.error.request_id, reply.command.error.error) == (
+                42,
+                pb.NotAllowedError,
+            )
+        else:
+            assert unknown_body(reply).startswith(b"\x08\x2a")  # our request id first
+        client.ping()
