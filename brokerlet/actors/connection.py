@@ -135,6 +135,7 @@ class ConnectionActor(GeventActor):
         self.producers: dict[int, _Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self._unknown_consumer = RepeatedWarning(log, self.peer, "for unknown consumers")
+        self._refused = RepeatedWarning(log, self.peer, "refused as malformed")
         self._unsupported_logged: set[int] = set()
         self._handlers: dict[int, Callable[[pb.BaseCommand], None]] = {
             T.CONNECT: self._connect,
@@ -188,6 +189,7 @@ class ConnectionActor(GeventActor):
     def _lost(self, reason: str) -> None:
         log.info("connection from %s closed: %s", self.peer, reason)
         self._unknown_consumer.summarise()
+        self._refused.summarise()
         self._release_all()
         self.stop()
 
@@ -222,7 +224,7 @@ class ConnectionActor(GeventActor):
                     what = f"{command_name(kind)} with invalid UTF-8 in {frame.invalid_text}"
                     self._disconnect(what)
                     return
-                log.warning(
+                self._refused.warn(
                     "%s sent %s with invalid UTF-8 in %s; refused",
                     self.peer,
                     command_name(kind),
@@ -456,7 +458,7 @@ class ConnectionActor(GeventActor):
                 if refusal is None:
                     entry = NewEntry(section.entry, section.checksum, send.num_messages)
             if refusal is not None:
-                log.warning(
+                self._refused.warn(
                     "%s: refused SEND %d of producer %s: %s",
                     self.peer,
                     send.sequence_id,
