@@ -26,7 +26,8 @@ from brokerlet.actors.connection import (
 from brokerlet.actors.dispatcher import SUB_TYPE_NAMES
 from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.ratelimit import DispatchRateLimiter
-from brokerlet.actors.topic import CloseClients, Subscribe, TopicActor, TopicStats
+from brokerlet.actors.supervision import CursorState, TopicFailed, stop_quietly
+from brokerlet.actors.topic import CloseClients, IsIdle, Subscribe, TopicActor, TopicStats
 from brokerlet.config import Settings
 from brokerlet.metadata import MetadataStore, TopicName
 from brokerlet.metadata import topics as rules
@@ -37,6 +38,7 @@ from brokerlet.transport.protocol import pb
 
 __all__ = [
     "BrokerActor",
+    "CloseIdleTopics",
     "CreateTopic",
     "DeleteTopic",
     "GetAllStats",
@@ -59,6 +61,10 @@ class GetTopicStats:
 
 class GetAllStats:
     pass
+
+
+class CloseIdleTopics:
+    """Close (never delete) every topic with no producer and no subscription."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +113,10 @@ class BrokerActor(GeventActor):
         self.storage = storage
         self._metadata = metadata
         self.topics: dict[str, pykka.ActorRef[TopicActor]] = {}
+        # Memory ledgers outlive their topic actor: a replacement or a reopened topic reuses
+        # them. Disk ledgers are reopened from storage, which hands back an open one.
+        self._memory_ledgers: dict[str, MemoryLedger] = {}
+        self._restored: dict[str, dict[str, CursorState]] = {}
         self._ledger_ids = itertools.count(1)
         self.rate_limiter = DispatchRateLimiter(
             "broker",
@@ -128,7 +138,15 @@ class BrokerActor(GeventActor):
             topic = self.topics.get(message.name)
             return None if topic is None else topic.ask(TopicStats())
         if isinstance(message, GetAllStats):
-            return {name: ref.ask(TopicStats()) for name, ref in self.topics.items()}
+            stats = {}
+            for name, ref in list(self.topics.items()):
+                with contextlib.suppress(pykka.ActorDeadError):
+                    stats[name] = ref.ask(TopicStats())
+            return stats
+        if isinstance(message, TopicFailed):
+            return self._topic_failed(message)
+        if isinstance(message, CloseIdleTopics):
+            return self._close_idle_topics()
         if isinstance(message, PartitionedMetadata):
             return self._refusing(rules.partitioned_metadata, _parse(message.name))
         if isinstance(message, LookupCheck):
@@ -148,7 +166,7 @@ class BrokerActor(GeventActor):
 
     def on_stop(self) -> None:
         for topic in self.topics.values():
-            topic.stop(block=True, timeout=5)
+            stop_quietly(topic)
 
     def _refusing(self, rule: Any, name: TopicName) -> Any:
         try:
@@ -169,11 +187,50 @@ class BrokerActor(GeventActor):
             if self.storage is not None:
                 ledger, cursors = self.storage.open_topic(name)
             else:
-                ledger = MemoryLedger(next(self._ledger_ids))
-            topic = TopicActor.start(name, ledger, self.settings, self.rate_limiter, cursors)
+                memory = self._memory_ledgers.get(name)
+                if memory is None:
+                    memory = self._memory_ledgers[name] = MemoryLedger(next(self._ledger_ids))
+                ledger = memory
+            topic = TopicActor.start(
+                name,
+                ledger,
+                self.settings,
+                self.rate_limiter,
+                cursors,
+                supervisor=self.actor_ref,
+                restored=self._restored.pop(name, None),
+            )
             self.topics[name] = topic
-            log.info("created topic %s (ledger %d)", name, ledger.ledger_id)
+            log.info("opened topic %s (ledger %d)", name, ledger.ledger_id)
         return topic
+
+    def _topic_failed(self, message: TopicFailed) -> None:
+        if self.topics.get(message.name) is message.topic:
+            del self.topics[message.name]
+            self._restored[message.name] = message.cursors
+            log.info("topic %s is reopened on next use", message.name)
+
+    def _close_idle_topics(self) -> list[str]:
+        """Pulsar's inactive-topic check, closing only: the data and cursors stay stored.
+
+        Only disk topics close: a memory topic's data lives in its ledger, which holds no
+        file, and closing it would drop the data.
+        """
+        closed: list[str] = []
+        if self.storage is None:
+            return closed
+        for name, ref in list(self.topics.items()):
+            try:
+                idle = ref.ask(IsIdle(), timeout=5)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                continue
+            if idle and self.topics.get(name) is ref:
+                del self.topics[name]
+                stop_quietly(ref)
+                closed.append(name)
+        if closed:
+            log.info("closed %d idle topic(s): %s", len(closed), ", ".join(closed[:10]))
+        return closed
 
     def _adopt(self, name: TopicName) -> None:
         """A topic found in storage at start-up: make sure the metadata knows it."""
@@ -256,8 +313,12 @@ class BrokerActor(GeventActor):
         for victim, ref in live:
             with contextlib.suppress(pykka.ActorDeadError):
                 ref.ask(CloseClients(close=True))
-                ref.stop(block=True, timeout=5)
+            stop_quietly(ref)
             del self.topics[victim]
+        for victim in victims:
+            # A deleted topic comes back empty: no kept memory ledger, no restored cursors.
+            self._memory_ledgers.pop(victim, None)
+            self._restored.pop(victim, None)
         if self.storage is not None:
             for victim in victims:
                 self.storage.delete_topic(victim)

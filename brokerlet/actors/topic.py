@@ -31,6 +31,17 @@ from brokerlet.actors.dispatcher import (
 from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.ratelimit import DispatchRateLimiter
 from brokerlet.actors.stats import Rate
+from brokerlet.actors.supervision import (
+    CursorState,
+    DispatcherFailed,
+    GetCursorState,
+    QuietRef,
+    TopicClosedByBroker,
+    TopicFailed,
+    record_failure,
+    stop_quietly,
+    tell_quietly,
+)
 from brokerlet.config import Settings
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
@@ -58,7 +69,8 @@ LATEST_ID = 2**63 - 1
 class AppendItem:
     sequence_id: int
     highest_sequence_id: int
-    entry: NewEntry | None  # None: refused before storage (bad checksum)
+    entry: NewEntry | None  # None: refused before storage (see ``refusal``)
+    refusal: tuple[pb.ServerError.ValueType, str] | None = None  # None: bad checksum
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,16 +108,7 @@ class AppendDone:
 class AddProducer:
     name: str
     peer: str
-    owner: Any = None  # the connection actor, told ProducerClosedByBroker
-    producer_id: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerClosedByBroker:
-    """Told to a connection actor: the broker closed this producer (the client reconnects)."""
-
-    producer_id: int
-    name: str
+    connection: Any = None  # the producer's connection actor, told if the topic fails
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +150,10 @@ class TopicStats:
     pass
 
 
+class IsIdle:
+    """Asked: whether the topic has no producer, subscription or waiting read."""
+
+
 class TopicActor(GeventActor):
     """The managed ledger of one topic: appends, reads and subscription cursors."""
 
@@ -157,15 +164,20 @@ class TopicActor(GeventActor):
         settings: Settings,
         broker_limiter: DispatchRateLimiter | None = None,
         cursors: CursorStore | None = None,
+        *,
+        supervisor: Any = None,  # the broker actor, told if this actor fails
+        restored: dict[str, CursorState] | None = None,  # cursors of a failed predecessor
     ) -> None:
         super().__init__()
+        self.supervisor = supervisor
+        self.restored = restored or {}
         self.name = name
         self.cursors = cursors  # durable subscriptions' acknowledgements, with a disk ledger
         self.saved: dict[str, tuple[int, list[int]]] = {}
         self.ledger = ledger
         self.settings = settings
         self.producers: dict[str, str] = {}  # name -> peer
-        self.producer_owners: dict[str, tuple[Any, int]] = {}  # name -> (connection, id)
+        self.producer_connections: dict[str, Any] = {}  # name -> connection actor
         self.subscriptions: dict[str, pykka.ActorRef[DispatcherActor]] = {}
         self.mark_deletes: dict[str, int] = {}
         self.waiting: dict[str, ReadEntries] = {}  # long polls at the end of the ledger
@@ -195,11 +207,14 @@ class TopicActor(GeventActor):
             GetLastEntry: lambda _: (self.ledger.ledger_id, self.ledger.last_entry_id),
             ResolvePosition: lambda m: self._start_of(m.message_id),
             TopicStats: lambda _: self.stats(),
+            DispatcherFailed: self._dispatcher_failed,
+            IsIdle: lambda _: not (self.producers or self.subscriptions or self.waiting),
             CloseClients: self._close_clients,
         }
 
     def on_start(self) -> None:
         if self.cursors is None:
+            self._restore()
             return
         # Durable subscriptions stored before a restart: they hold back retention from the
         # start, and their cursors are restored when a consumer comes back.
@@ -208,6 +223,13 @@ class TopicActor(GeventActor):
             if state is not None:
                 self.saved[subscription] = state
                 self.mark_deletes[subscription] = state[0]
+        self._restore()
+
+    def _restore(self) -> None:
+        # A failed predecessor's cursors are newer than any stored copy.
+        for subscription, state in self.restored.items():
+            self.saved[subscription] = state
+            self.mark_deletes[subscription] = state[0]
 
     def on_receive(self, message: Any) -> Any:
         return self._handlers[type(message)](message)
@@ -224,7 +246,7 @@ class TopicActor(GeventActor):
             if gevent.getcurrent() is greenlet:
                 handle(result)
             else:
-                self.actor_ref.tell(AppendDone(handle, result))
+                tell_quietly(self.actor_ref, AppendDone(handle, result))  # it may have failed
 
         return callback
 
@@ -234,6 +256,26 @@ class TopicActor(GeventActor):
             with contextlib.suppress(pykka.ActorDeadError):
                 dispatcher.stop(block=True, timeout=5)
         self.ledger.close()
+
+    def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
+        """Hand the cursors to the broker and have every client reconnect to a fresh actor.
+
+        The ledger stays open: the replacement reuses it (supervision.py).
+        """
+        record_failure("topic")
+        cursors: dict[str, CursorState] = dict(self.saved)
+        for subscription, dispatcher in list(self.subscriptions.items()):
+            try:
+                state: CursorState = dispatcher.ask(GetCursorState(), block=True, timeout=1)
+                cursors[subscription] = state
+            except Exception:  # dead or stuck: the stored cursor is what is left
+                log.warning("%s: no cursor from subscription %r", self.name, subscription)
+            stop_quietly(dispatcher)  # it closes its consumers as it stops
+        for connection in {id(c): c for c in self.producer_connections.values()}.values():
+            if connection is not None:
+                tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+        if self.supervisor is not None:
+            tell_quietly(self.supervisor, TopicFailed(self.name, self.actor_ref, cursors))
 
     # Producing.
 
@@ -247,7 +289,7 @@ class TopicActor(GeventActor):
             next_id = result if isinstance(result, int) else -1
             for item in items:
                 if item.entry is None:
-                    error = (pb.ChecksumError, "Checksum verification failed")
+                    error = item.refusal or (pb.ChecksumError, "Checksum verification failed")
                 elif isinstance(result, BaseException):
                     error = (pb.PersistenceError, f"Append failed: {result}")
                 else:
@@ -259,7 +301,8 @@ class TopicActor(GeventActor):
                 receipts.append(
                     Receipt(item.sequence_id, item.highest_sequence_id, ledger_id, -1, *error)
                 )
-            message.reply_to.tell(Appended(message.producer_id, receipts))
+            # The producer's connection may be gone (a reset mid-append): not our failure.
+            tell_quietly(message.reply_to, Appended(message.producer_id, receipts))
             if isinstance(result, int):
                 self.msg_in += sum(e.num_messages for e in new)
                 self.bytes_in += sum(len(e.data) for e in new)
@@ -276,12 +319,11 @@ class TopicActor(GeventActor):
                 pb.ProducerBusy, f"Producer with name {message.name!r} is already connected"
             )
         self.producers[message.name] = message.peer
-        if message.owner is not None:
-            self.producer_owners[message.name] = (message.owner, message.producer_id)
+        self.producer_connections[message.name] = message.connection
 
     def _remove_producer(self, message: RemoveProducer) -> None:
         self.producers.pop(message.name, None)
-        self.producer_owners.pop(message.name, None)
+        self.producer_connections.pop(message.name, None)
 
     def _close_clients(self, message: CloseClients) -> int:
         count = len(self.producers)
@@ -290,11 +332,11 @@ class TopicActor(GeventActor):
                 attached: int = dispatcher.ask(CloseConsumers(message.close), block=True)
                 count += attached
         if message.close:
-            for name, (owner, producer_id) in self.producer_owners.items():
-                with contextlib.suppress(pykka.ActorDeadError):
-                    owner.tell(ProducerClosedByBroker(producer_id, name))
+            for connection in {id(c): c for c in self.producer_connections.values()}.values():
+                if connection is not None:
+                    tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
             self.producers.clear()
-            self.producer_owners.clear()
+            self.producer_connections.clear()
         return count
 
     # Subscriptions.
@@ -314,7 +356,7 @@ class TopicActor(GeventActor):
             cursor = Cursor.restore(*saved)
             start = cursor.mark_delete + 1
         dispatcher = DispatcherActor.start(
-            topic=self.actor_ref,
+            topic=QuietRef(self.actor_ref),
             topic_name=self.name,
             ledger_id=self.ledger.ledger_id,
             name=message.subscription,
@@ -325,6 +367,7 @@ class TopicActor(GeventActor):
             settings=self.settings,
             rate_limiters=self.rate_limiters,
             cursor_store=self.cursors if message.durable else None,
+            last_entry_id=lambda: self.ledger.last_entry_id,
         )
         self.subscriptions[message.subscription] = dispatcher
         self.mark_deletes[message.subscription] = cursor.mark_delete
@@ -355,6 +398,18 @@ class TopicActor(GeventActor):
             dispatcher.stop(block=False)
             self._trim()
 
+    def _dispatcher_failed(self, message: DispatcherFailed) -> None:
+        if self.subscriptions.get(message.subscription) is not message.dispatcher:
+            return
+        del self.subscriptions[message.subscription]
+        self.waiting.pop(message.subscription, None)
+        if message.cursor is not None:
+            # Resumed from here by the next SUBSCRIBE; retention keeps holding its backlog.
+            self.saved[message.subscription] = message.cursor
+        else:
+            self.mark_deletes.pop(message.subscription, None)
+            self._trim()
+
     def _mark_delete_moved(self, message: MarkDeleteMoved) -> None:
         if message.subscription in self.mark_deletes:
             self.mark_deletes[message.subscription] = message.mark_delete
@@ -377,7 +432,7 @@ class TopicActor(GeventActor):
 
     def _read_now(self, message: ReadEntries) -> None:
         def done(result: list[Entry] | BaseException) -> None:
-            message.reply_to.tell(EntriesRead(message.read_id, result, replay=False))
+            tell_quietly(message.reply_to, EntriesRead(message.read_id, result, replay=False))
 
         self.ledger.read(message.start, message.max_entries, message.max_bytes, done)
 
@@ -392,7 +447,7 @@ class TopicActor(GeventActor):
 
     def _read_ids(self, message: ReadIds) -> None:
         def done(result: list[Entry] | BaseException) -> None:
-            message.reply_to.tell(EntriesRead(message.read_id, result, replay=True))
+            tell_quietly(message.reply_to, EntriesRead(message.read_id, result, replay=True))
 
         self.ledger.read_ids(message.entry_ids, done)
 
