@@ -33,6 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         settings = settings_from_args(args, defaults={"storage": "disk"})
+        broker = Broker(settings)  # checks what spans settings (listener names)
     except SettingsError as error:
         print(f"brokerlet: bad setting: {error}", file=sys.stderr)
         return 2
@@ -40,7 +41,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=settings.log_level,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
     )
-    broker = Broker(settings)
 
     def stop() -> None:
         logging.getLogger("brokerlet").info("stopping")

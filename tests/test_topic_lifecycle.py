@@ -418,3 +418,27 @@ def test_concurrent_create_and_delete_over_http_and_the_protocol_stay_consistent
         assert (name in listed) == in_store, name
         if name in live:
             assert in_store, f"{name} is served but has no metadata"
+
+
+def test_a_bad_listener_setting_stops_brokerlet_serve_with_the_key(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "brokerlet",
+            "serve",
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path),
+            "--advertised-listeners",
+            "oops",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+    assert done.returncode == 2
+    assert "brokerlet: bad setting: advertised_listeners = 'oops'" in done.stderr
