@@ -133,7 +133,7 @@ class BrokerActor(GeventActor):
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, GetTopic):
-            return self._topic(message.name, recovering=message.recovering)
+            return self._topic(message.name, recovering=message.recovering, create=message.create)
         if isinstance(message, GetTopicStats):
             topic = self.topics.get(message.name)
             return None if topic is None else topic.ask(TopicStats())
@@ -174,12 +174,16 @@ class BrokerActor(GeventActor):
         except rules.Refused as refused:
             raise BrokerError(pb.ServerError.Value(refused.code), refused.message) from None
 
-    def _topic(self, name: str, *, recovering: bool = False) -> pykka.ActorRef[TopicActor]:
+    def _topic(
+        self, name: str, *, recovering: bool = False, create: bool = True
+    ) -> pykka.ActorRef[TopicActor]:
         topic = self.topics.get(name)
         if topic is None:
             parsed = _parse(name)
             if recovering:
                 self._adopt(parsed)
+            elif not create and not rules.exists(self.metadata, parsed):
+                raise BrokerError(pb.TopicNotFound, f"Topic {name} does not exist")
             else:
                 self._refusing(rules.admit, parsed)
             ledger: Ledger
@@ -199,6 +203,9 @@ class BrokerActor(GeventActor):
                 cursors,
                 supervisor=self.actor_ref,
                 restored=self._restored.pop(name, None),
+                deduplication=(self.metadata.namespaces.get(parsed.namespace) or {}).get(
+                    "deduplicationEnabled"
+                ),
             )
             self.topics[name] = topic
             log.info("opened topic %s (ledger %d)", name, ledger.ledger_id)

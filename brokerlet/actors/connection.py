@@ -60,6 +60,12 @@ from brokerlet.config import Settings
 from brokerlet.metadata.listeners import Listener, UnknownListener, parse_listeners, pick_listener
 from brokerlet.metadata.naming import InvalidName, TopicName
 from brokerlet.metadata.topics import filter_by_pattern, topics_hash
+from brokerlet.producers.messages import (
+    ProducerAdmitted,
+    ProducerFenced,
+    ProducerReady,
+    ProducerRefused,
+)
 from brokerlet.storage.ledger import NewEntry
 from brokerlet.transport.protocol import (
     PROTOCOL_VERSION,
@@ -98,6 +104,9 @@ def valid_topic_name(topic: str) -> bool:
     return True
 
 
+_PRODUCER_NEWS = (ProducerReady, ProducerFenced, ProducerRefused)
+
+
 @dataclass(frozen=True, slots=True)
 class Received:
     frames: list[Frame]
@@ -114,6 +123,8 @@ class _Producer:
     name: str
     topic: str
     topic_ref: Any
+    request_id: int = -1  # of its PRODUCER: a WaitForExclusive producer's second answer
+    fenced: bool = False  # its SENDs are answered with ProducerFenced by its topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +137,7 @@ class GetTopic:
 
     name: str
     recovering: bool = False
+    create: bool = True  # False: TopicNotFound unless it exists (force_topic_creation=false)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +224,8 @@ class ConnectionActor(GeventActor):
             self._closed_by_broker(message.consumer)
         elif kind is TopicClosedByBroker:
             self._topic_closed(message.topic)
+        elif kind in _PRODUCER_NEWS:
+            self._producer_news(message)
 
     def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
         # A bug of ours, not the peer's: drop the connection rather than serve it half-broken.
@@ -244,7 +258,7 @@ class ConnectionActor(GeventActor):
             tell_quietly(self._dispatcher_of(consumer), RemoveConsumer(consumer))
         self.consumers.clear()
         for producer in self.producers.values():
-            tell_quietly(producer.topic_ref, RemoveProducer(producer.name))
+            self._remove_producer(producer)
         self.producers.clear()
 
     # Commands.
@@ -419,14 +433,19 @@ class ConnectionActor(GeventActor):
     def _success(self, request_id: int) -> None:
         self._send(T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request_id)))
 
-    def _topic(self, name: str) -> Any:
-        return self.broker.ask(GetTopic(name))
+    def _topic(self, name: str, *, create: bool = True) -> Any:
+        return self.broker.ask(GetTopic(name, create=create))
 
     # Producers.
 
     def _producer(self, command: pb.BaseCommand) -> None:
         request = command.producer
         existing = self.producers.get(request.producer_id)
+        if existing is not None and existing.fenced:
+            # The fenced producer's client reconnects it: ask its topic afresh.
+            del self.producers[request.producer_id]
+            self._remove_producer(existing)
+            existing = None
         if existing is not None:
             if existing.topic == request.topic:
                 self._producer_success(request.request_id, existing.name)
@@ -442,40 +461,87 @@ class ConnectionActor(GeventActor):
                 request.request_id, pb.InvalidTopicName, f"Invalid topic name {request.topic!r}"
             )
             return
-        if request.HasField("producer_access_mode") and request.producer_access_mode != 0:
-            self._error(
-                request.request_id,
-                pb.NotAllowedError,
-                "brokerlet supports only the Shared producer access mode",
-            )
-            return
         name = request.producer_name or f"brokerlet-{next(_producer_names)}"
+        epoch = request.topic_epoch if request.HasField("topic_epoch") else None
+        add = AddProducer(
+            name,
+            self.peer,
+            self.actor_ref,
+            request.producer_id,
+            request.producer_access_mode,
+            epoch,
+        )
         try:
             topic_ref = self._topic(request.topic)
-            topic_ref.ask(AddProducer(name, self.peer, self.actor_ref))
+            admitted: ProducerAdmitted = topic_ref.ask(add)
         except BrokerError as error:
             self._error(request.request_id, error.code, error.message)
             return
         self.producers[request.producer_id] = _Producer(
-            request.producer_id, name, request.topic, topic_ref
+            request.producer_id, name, request.topic, topic_ref, request.request_id
         )
-        self._producer_success(request.request_id, name)
+        self._producer_success(
+            request.request_id,
+            name,
+            admitted.last_sequence_id,
+            admitted.topic_epoch,
+            ready=admitted.ready,
+        )
 
-    def _producer_success(self, request_id: int, name: str) -> None:
-        self._send(
-            T(
-                type=T.PRODUCER_SUCCESS,
-                producer_success=pb.CommandProducerSuccess(
-                    request_id=request_id, producer_name=name, last_sequence_id=-1
-                ),
-            )
+    def _producer_success(
+        self,
+        request_id: int,
+        name: str,
+        last_sequence_id: int = -1,
+        topic_epoch: int | None = None,
+        *,
+        ready: bool = True,
+    ) -> None:
+        success = pb.CommandProducerSuccess(
+            request_id=request_id, producer_name=name, last_sequence_id=last_sequence_id
         )
+        if topic_epoch is not None:
+            success.topic_epoch = topic_epoch
+        if not ready:
+            success.producer_ready = False
+        self._send(T(type=T.PRODUCER_SUCCESS, producer_success=success))
+
+    def _remove_producer(self, producer: _Producer) -> None:
+        remove = RemoveProducer(producer.name, self.actor_ref, producer.producer_id)
+        tell_quietly(producer.topic_ref, remove)
+
+    def _producer_news(self, message: Any) -> None:
+        """Access-mode news from a topic (brokerlet.producers.messages)."""
+        producer = self.producers.get(message.producer_id)
+        if producer is None or producer.fenced:
+            return
+        if isinstance(message, ProducerReady):
+            self._producer_success(
+                producer.request_id,
+                producer.name,
+                message.last_sequence_id,
+                message.topic_epoch,
+            )
+        elif isinstance(message, ProducerFenced):
+            # Kept, fenced: SENDs still in flight are answered with ProducerFenced.
+            producer.fenced = True
+            self._send(
+                T(
+                    type=T.CLOSE_PRODUCER,
+                    close_producer=pb.CommandCloseProducer(
+                        producer_id=producer.producer_id, request_id=NO_ID
+                    ),
+                )
+            )
+        else:
+            del self.producers[message.producer_id]
+            self._error(producer.request_id, message.code, message.message)
 
     def _close_producer(self, command: pb.BaseCommand) -> None:
         request = command.close_producer
         producer = self.producers.pop(request.producer_id, None)
         if producer is not None:
-            tell_quietly(producer.topic_ref, RemoveProducer(producer.name))
+            self._remove_producer(producer)
         self._success(request.request_id)
 
     def _topic_closed(self, topic_ref: Any) -> None:
@@ -615,16 +681,21 @@ class ConnectionActor(GeventActor):
         start = None
         if request.HasField("start_message_id"):
             start = (request.start_message_id.ledger_id, request.start_message_id.entry_id)
+        create = request.force_topic_creation if request.HasField("force_topic_creation") else True
         try:
-            topic_ref = self._topic(request.topic)
+            topic_ref = self._topic(request.topic, create=create)
+            dispatcher = topic_ref.ask(
+                Subscribe(
+                    request.subscription,
+                    request.sub_type,
+                    durable,
+                    request.initial_position,
+                    start,
+                )
+            )
         except BrokerError as error:
             self._error(request_id, error.code, error.message)
             return
-        dispatcher = topic_ref.ask(
-            Subscribe(
-                request.subscription, request.sub_type, durable, request.initial_position, start
-            )
-        )
         consumer = Consumer(
             consumer_id=request.consumer_id,
             name=request.consumer_name or f"consumer-{request.consumer_id}",

@@ -28,7 +28,6 @@ from brokerlet.actors.dispatcher import (
     ReadIds,
     SubscriptionClosed,
 )
-from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.ratelimit import DispatchRateLimiter
 from brokerlet.actors.stats import Rate
 from brokerlet.actors.supervision import (
@@ -43,6 +42,7 @@ from brokerlet.actors.supervision import (
     tell_quietly,
 )
 from brokerlet.config import Settings
+from brokerlet.producers import hooks as producer_hooks
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry, Ledger, NewEntry
@@ -106,9 +106,14 @@ class AppendDone:
 
 @dataclass(frozen=True, slots=True)
 class AddProducer:
+    """Answered with a ProducerAdmitted (brokerlet.producers.messages) or a BrokerError."""
+
     name: str
     peer: str
     connection: Any = None  # the producer's connection actor, told if the topic fails
+    producer_id: int = -1
+    access_mode: int = 0  # pb.ProducerAccessMode
+    topic_epoch: int | None = None  # the epoch the producer presents, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +127,8 @@ class CloseClients:
 @dataclass(frozen=True, slots=True)
 class RemoveProducer:
     name: str
+    connection: Any = None
+    producer_id: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +174,7 @@ class TopicActor(GeventActor):
         *,
         supervisor: Any = None,  # the broker actor, told if this actor fails
         restored: dict[str, CursorState] | None = None,  # cursors of a failed predecessor
+        deduplication: bool | None = None,  # the namespace's policy; None: the setting's
     ) -> None:
         super().__init__()
         self.supervisor = supervisor
@@ -176,8 +184,10 @@ class TopicActor(GeventActor):
         self.saved: dict[str, tuple[int, list[int]]] = {}
         self.ledger = ledger
         self.settings = settings
-        self.producers: dict[str, str] = {}  # name -> peer
-        self.producer_connections: dict[str, Any] = {}  # name -> connection actor
+        # Access modes, topic epoch and deduplication (brokerlet.producers).
+        self.producer_state = producer_hooks.TopicProducers(
+            name, ledger, settings, cursors, deduplication
+        )
         self.subscriptions: dict[str, pykka.ActorRef[DispatcherActor]] = {}
         self.mark_deletes: dict[str, int] = {}
         self.waiting: dict[str, ReadEntries] = {}  # long polls at the end of the ledger
@@ -208,11 +218,14 @@ class TopicActor(GeventActor):
             ResolvePosition: lambda m: self._start_of(m.message_id),
             TopicStats: lambda _: self.stats(),
             DispatcherFailed: self._dispatcher_failed,
-            IsIdle: lambda _: not (self.producers or self.subscriptions or self.waiting),
+            IsIdle: lambda _: (
+                not (len(self.producer_state.access) or self.subscriptions or self.waiting)
+            ),
             CloseClients: self._close_clients,
         }
 
     def on_start(self) -> None:
+        self.producer_state.start()
         if self.cursors is None:
             self._restore()
             return
@@ -255,6 +268,7 @@ class TopicActor(GeventActor):
         for dispatcher in self.subscriptions.values():
             with contextlib.suppress(pykka.ActorDeadError):
                 dispatcher.stop(block=True, timeout=5)
+        self.producer_state.stop()
         self.ledger.close()
 
     def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
@@ -271,9 +285,8 @@ class TopicActor(GeventActor):
             except Exception:  # dead or stuck: the stored cursor is what is left
                 log.warning("%s: no cursor from subscription %r", self.name, subscription)
             stop_quietly(dispatcher)  # it closes its consumers as it stops
-        for connection in {id(c): c for c in self.producer_connections.values()}.values():
-            if connection is not None:
-                tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+        for connection in self.producer_state.connections():
+            tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
         if self.supervisor is not None:
             tell_quietly(self.supervisor, TopicFailed(self.name, self.actor_ref, cursors))
 
@@ -281,13 +294,25 @@ class TopicActor(GeventActor):
 
     def _append(self, message: Append) -> None:
         items = message.items
-        new = [item.entry for item in items if item.entry is not None]
         ledger_id = self.ledger.ledger_id
+        # Answers decided before storage: fenced producers, repeated sequence ids.
+        decided, screened = self.producer_state.screen(message.reply_to, message.producer_id, items)
+        if decided:
+            new = [
+                item.entry
+                for i, item in enumerate(items)
+                if item.entry is not None and i not in decided
+            ]
+        else:
+            new = [item.entry for item in items if item.entry is not None]
 
         def appended(result: int | BaseException) -> None:
             receipts = []
             next_id = result if isinstance(result, int) else -1
-            for item in items:
+            for index, item in enumerate(items):
+                if decided and index in decided:
+                    receipts.append(decided[index])
+                    continue
                 if item.entry is None:
                     error = item.refusal or (pb.ChecksumError, "Checksum verification failed")
                 elif isinstance(result, BaseException):
@@ -303,6 +328,8 @@ class TopicActor(GeventActor):
                 )
             # The producer's connection may be gone (a reset mid-append): not our failure.
             tell_quietly(message.reply_to, Appended(message.producer_id, receipts))
+            if screened is not None:
+                self.producer_state.appended(screened, items, decided, result, next_id - 1)
             if isinstance(result, int):
                 self.msg_in += sum(e.num_messages for e in new)
                 self.bytes_in += sum(len(e.data) for e in new)
@@ -313,36 +340,31 @@ class TopicActor(GeventActor):
         else:
             appended(0)
 
-    def _add_producer(self, message: AddProducer) -> None:
-        if message.name in self.producers:
-            raise BrokerError(
-                pb.ProducerBusy, f"Producer with name {message.name!r} is already connected"
-            )
-        self.producers[message.name] = message.peer
-        self.producer_connections[message.name] = message.connection
+    def _add_producer(self, message: AddProducer) -> Any:
+        return self.producer_state.add(message)
 
     def _remove_producer(self, message: RemoveProducer) -> None:
-        self.producers.pop(message.name, None)
-        self.producer_connections.pop(message.name, None)
+        self.producer_state.remove(message.name, message.connection, message.producer_id)
 
     def _close_clients(self, message: CloseClients) -> int:
-        count = len(self.producers)
+        count = len(self.producer_state.access)
         for dispatcher in list(self.subscriptions.values()):
             with contextlib.suppress(pykka.ActorDeadError):
                 attached: int = dispatcher.ask(CloseConsumers(message.close), block=True)
                 count += attached
         if message.close:
-            for connection in {id(c): c for c in self.producer_connections.values()}.values():
-                if connection is not None:
-                    tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
-            self.producers.clear()
-            self.producer_connections.clear()
+            for connection in self.producer_state.connections():
+                tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+            self.producer_state.clear()
         return count
 
     # Subscriptions.
 
     def _subscribe(self, message: Subscribe) -> pykka.ActorRef[DispatcherActor]:
         existing = self.subscriptions.get(message.subscription)
+        producer_hooks.check_consumer_limits(
+            self.settings, existing, list(self.subscriptions.values())
+        )
         if existing is not None:
             return existing
         first = self.ledger.first_entry_id
@@ -482,6 +504,6 @@ class TopicActor(GeventActor):
             "storageSize": getattr(self.ledger, "size_bytes", 0),
             "ledgerId": self.ledger.ledger_id,
             "lastEntryId": last,
-            "publishers": [{"producerName": n, "address": p} for n, p in self.producers.items()],
             "subscriptions": subscriptions,
+            **self.producer_state.stats(),
         }
