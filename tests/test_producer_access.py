@@ -49,9 +49,7 @@ def test_wait_for_exclusive_succeeds_after_the_first_closes_not_before(
 
     def wait() -> None:
         holder.append(
-            client.create_producer(
-                topic, access_mode=Mode.WaitForExclusive, batching_enabled=False
-            )
+            client.create_producer(topic, access_mode=Mode.WaitForExclusive, batching_enabled=False)
         )
         created.set()
 
@@ -63,9 +61,7 @@ def test_wait_for_exclusive_succeeds_after_the_first_closes_not_before(
     first.close()
     assert created.wait(10), "WaitForExclusive producer not created after the first closed"
     holder[0].send(b"from the second")
-    consumer = client.subscribe(
-        topic, "sub", initial_position=pulsar.InitialPosition.Earliest
-    )
+    consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
     got = [consumer.receive(5000).data() for _ in range(2)]
     assert got == [b"from the first", b"from the second"]
     holder[0].close()

@@ -112,7 +112,8 @@ class Deduplication:
         """A NEW SEND's entry is stored."""
         highest = _signed(highest)
         persisted = self.persisted
-        if persisted.get(name, -1) < highest:
+        current = persisted.get(name)
+        if current is None or current < highest:
             persisted[name] = highest
         persisted.move_to_end(name)
         self._bound()

@@ -202,13 +202,11 @@ class TopicProducers:
                 last_chunk = is_last_chunk(parse_metadata(item.entry.data))
             if not last_chunk:
                 partial.add(index)
-            verdict = dedup.check(
-                name, item.sequence_id, item.highest_sequence_id, last_chunk=last_chunk
-            )
+            verdict = dedup.check(name, item.sequence_id, _highest(item), last_chunk=last_chunk)
             if verdict is Verdict.DUPLICATE:
                 decided[index] = Receipt(item.sequence_id, item.highest_sequence_id, NO_ID, NO_ID)
             elif verdict is Verdict.UNKNOWN:
-                highest = max(item.sequence_id, item.highest_sequence_id)
+                highest = _highest(item)
                 decided[index] = Receipt(
                     highest,
                     highest,
@@ -241,7 +239,7 @@ class TopicProducers:
                 continue
             count += 1
             if index not in screened.partial:
-                dedup.stored(name, max(item.sequence_id, item.highest_sequence_id))
+                dedup.stored(name, _highest(item))
         if count:
             self._last_stored = max(self._last_stored, last_entry)
             if dedup.entries_stored(count):
@@ -270,6 +268,16 @@ class TopicProducers:
             "deduplicationStatus": "Disabled" if self.dedup is None else "Enabled",
             "topicEpoch": self.access.epoch,
         }
+
+
+def _highest(item: Any) -> int:
+    """A SEND's highest sequence id: its ``highest_sequence_id`` when set above the first
+    (the Java client's batches), else first + messages - 1 (the C++ client sends no
+    ``highest_sequence_id`` and numbers a batch's messages one by one)."""
+    if item.highest_sequence_id > item.sequence_id:
+        return int(item.highest_sequence_id)
+    messages: int = item.entry.num_messages
+    return int(item.sequence_id) + max(messages, 1) - 1
 
 
 def check_consumer_limits(settings: Settings, existing: Any, subscriptions: Iterable[Any]) -> None:
