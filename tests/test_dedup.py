@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pulsar
+import requests
 import pytest
 
 from brokerlet import Broker
@@ -308,3 +309,32 @@ def test_sigkill_with_dedup_loses_nothing_receipted_and_stores_no_resend(tmp_pat
         expected = {f"{name}-{s}".encode() for s in range(receipted[name][-1] + 2)}
         assert stored == expected, f"{name}: stored {len(stored)} of {len(expected)}"
     assert len(payloads) >= stats_total
+
+
+def test_the_namespace_policy_turns_dedup_on_and_off_for_a_broker_without_it() -> None:
+    with Broker(port=0) as plain:  # brokerDeduplicationEnabled=false
+        assert plain.web_service_url is not None
+        base = plain.web_service_url + "/admin/v2"
+        put = requests.put(base + "/tenants/t15", json={"allowedClusters": ["standalone"]})
+        assert put.status_code == 204
+        assert requests.put(base + "/namespaces/t15/ns").status_code == 204
+        topic = "persistent://t15/ns/policy"
+        with RawClient(plain.address) as client:
+            client.handshake()
+            raw_producer(client, topic, 1, "p")
+            client.produce(1, 0, b"a")
+            assert client.produce(1, 0, b"a twice, kept: dedup is off") == 1
+            on = requests.post(base + "/namespaces/t15/ns/deduplication", json=True)
+            assert on.status_code == 204
+            # The topic learns the policy as the next producer arrives (as a lookup would).
+            raw_producer(client, topic, 2, "q")
+            client.send_raw(client.send_frame(1, 0, b"a thrice"))
+            receipt = client.expect(T.SEND_RECEIPT).send_receipt
+            assert receipt.message_id.entry_id == NO_ID
+            off = requests.post(base + "/namespaces/t15/ns/deduplication", json=False)
+            assert off.status_code == 204
+            raw_producer(client, topic, 3, "r")
+            assert client.produce(1, 0, b"a again, kept") == 2
+        stats = plain.topic_stats(topic)
+        assert stats is not None
+        assert stats["deduplicationStatus"] == "Disabled"

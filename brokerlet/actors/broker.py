@@ -26,8 +26,15 @@ from brokerlet.actors.connection import (
 from brokerlet.actors.dispatcher import SUB_TYPE_NAMES
 from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.ratelimit import DispatchRateLimiter
-from brokerlet.actors.supervision import CursorState, TopicFailed, stop_quietly
-from brokerlet.actors.topic import CloseClients, IsIdle, Subscribe, TopicActor, TopicStats
+from brokerlet.actors.supervision import CursorState, TopicFailed, stop_quietly, tell_quietly
+from brokerlet.actors.topic import (
+    CloseClients,
+    DeduplicationPolicy,
+    IsIdle,
+    Subscribe,
+    TopicActor,
+    TopicStats,
+)
 from brokerlet.config import Settings
 from brokerlet.metadata import MetadataStore, TopicName
 from brokerlet.metadata import topics as rules
@@ -203,13 +210,19 @@ class BrokerActor(GeventActor):
                 cursors,
                 supervisor=self.actor_ref,
                 restored=self._restored.pop(name, None),
-                deduplication=(self.metadata.namespaces.get(parsed.namespace) or {}).get(
-                    "deduplicationEnabled"
-                ),
+                deduplication=self._deduplication(parsed),
             )
             self.topics[name] = topic
             log.info("opened topic %s (ledger %d)", name, ledger.ledger_id)
+        else:
+            tell_quietly(topic, DeduplicationPolicy(self._deduplication(_parse(name))))
         return topic
+
+    def _deduplication(self, name: TopicName) -> bool | None:
+        policy: bool | None = (self.metadata.namespaces.get(name.namespace) or {}).get(
+            "deduplicationEnabled"
+        )
+        return policy
 
     def _topic_failed(self, message: TopicFailed) -> None:
         if self.topics.get(message.name) is message.topic:

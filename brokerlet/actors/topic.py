@@ -157,6 +157,13 @@ class TopicStats:
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class DeduplicationPolicy:
+    """Told by the broker as a producer or consumer arrives: the namespace's policy now."""
+
+    enabled: bool | None
+
+
 class IsIdle:
     """Asked: whether the topic has no producer, subscription or waiting read."""
 
@@ -222,6 +229,7 @@ class TopicActor(GeventActor):
                 not (len(self.producer_state.access) or self.subscriptions or self.waiting)
             ),
             CloseClients: self._close_clients,
+            DeduplicationPolicy: lambda m: self.producer_state.set_deduplication(m.enabled),
         }
 
     def on_start(self) -> None:

@@ -64,19 +64,46 @@ class TopicProducers:
         self.store: Properties = properties if properties is not None else MemoryProperties()
         self.access = ProducerAccess(None, settings.max_producers_per_topic)
         enabled = settings.broker_deduplication_enabled if deduplication is None else deduplication
-        self.dedup: Deduplication | None = None
-        if enabled:
-            self.dedup = Deduplication(
-                max_producers=settings.broker_deduplication_max_number_of_producers,
-                inactivity_seconds=60
-                * settings.broker_deduplication_producer_inactivity_timeout_minutes,
-                entries_interval=settings.broker_deduplication_entries_interval,
-            )
+        self.settings = settings
+        self.dedup = self._new_dedup() if enabled else None
         self._last_stored = -1
+        self._started = False
+
+    def _new_dedup(self) -> Deduplication:
+        settings = self.settings
+        return Deduplication(
+            max_producers=settings.broker_deduplication_max_number_of_producers,
+            inactivity_seconds=60
+            * settings.broker_deduplication_producer_inactivity_timeout_minutes,
+            entries_interval=settings.broker_deduplication_entries_interval,
+        )
+
+    def set_deduplication(self, policy: bool | None) -> None:
+        """The namespace policy as the broker sees it now (None: the broker setting).
+
+        Turned on: the state is rebuilt from the snapshot and the entries after it, as at
+        start; turned off: the state and its snapshot are dropped, as Pulsar removes its
+        dedup cursor, so a later enabling starts from what is stored then.
+        """
+        enabled = self.settings.broker_deduplication_enabled if policy is None else policy
+        if enabled == (self.dedup is not None) or not self._started:
+            return
+        if enabled:
+            self.dedup = self._new_dedup()
+            recover(self.ledger, self.dedup, self.store.properties().get(DEDUP_KEY))
+            self._last_stored = self.ledger.last_entry_id
+            for producer in self.access.producers.values():
+                self.dedup.connect(producer.name)
+            log.info("%s: deduplication enabled", self.topic)
+        else:
+            self.dedup = None
+            self.store.set_property(DEDUP_KEY, None)
+            log.info("%s: deduplication disabled", self.topic)
 
     # Life cycle.
 
     def start(self) -> None:
+        self._started = True
         stored = self.store.properties()
         epoch = stored.get(EPOCH_KEY)
         self.access.epoch = None if epoch is None else int(epoch)
