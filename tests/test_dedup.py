@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pulsar
-import requests
 import pytest
+import requests
 
 from brokerlet import Broker
 from brokerlet.producers.dedup import Deduplication, Verdict
