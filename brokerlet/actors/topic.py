@@ -193,7 +193,7 @@ class TopicActor(GeventActor):
         self.settings = settings
         # Access modes, topic epoch and deduplication (brokerlet.producers).
         self.producer_state = producer_hooks.TopicProducers(
-            name, ledger, settings, cursors, deduplication
+            name, ledger, settings, cursors, deduplication, receipt=Receipt
         )
         self.subscriptions: dict[str, pykka.ActorRef[DispatcherActor]] = {}
         self.mark_deletes: dict[str, int] = {}

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import enum
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -50,8 +49,7 @@ class Deduplication:
         self.entries_interval = entries_interval
         self._clock = clock
         self.pushed: dict[str, int] = {}
-        # Persisted sequence ids, least recently active first (eviction order).
-        self.persisted: OrderedDict[str, int] = OrderedDict()
+        self.persisted: dict[str, int] = {}
         self.connected: dict[str, int] = {}  # name -> connected producers of that name
         self.inactive_since: dict[str, float] = {}
         self.snapshot_entry = -1  # the last entry id the snapshot covers
@@ -94,8 +92,10 @@ class Deduplication:
         Sequence ids are uint64 on the wire and Java longs in Pulsar: one above 2**63 - 1 is
         negative there, so it is compared as the signed value here too.
         """
-        sequence_id = _signed(sequence_id)
-        highest = max(_signed(highest), sequence_id)
+        if sequence_id >= _LONG_LIMIT or highest >= _LONG_LIMIT:
+            sequence_id = _signed(sequence_id)
+            highest = _signed(highest)
+        highest = max(highest, sequence_id)
         pushed = self.pushed.get(name)
         if pushed is None:
             pushed = self.persisted.get(name)
@@ -110,13 +110,16 @@ class Deduplication:
 
     def stored(self, name: str, highest: int) -> None:
         """A NEW SEND's entry is stored."""
-        highest = _signed(highest)
+        if highest >= _LONG_LIMIT:
+            highest -= 1 << 64
         persisted = self.persisted
         current = persisted.get(name)
-        if current is None or current < highest:
+        if current is None:
             persisted[name] = highest
-        persisted.move_to_end(name)
-        self._bound()
+            if len(persisted) > self.max_producers:
+                self._bound()
+        elif current < highest:
+            persisted[name] = highest
 
     def failed(self, name: str) -> None:
         """A NEW SEND could not be stored: ``pushed`` falls back, so a resend is accepted."""
@@ -154,17 +157,25 @@ class Deduplication:
         self.pushed.pop(name, None)
 
     def _bound(self) -> None:
-        # The least recently active names go first, but never a connected one.
-        while len(self.persisted) > self.max_producers:
-            victim = next((n for n in self.persisted if n not in self.connected), None)
-            if victim is None:
-                return
+        # Disconnected names go first, the longest inactive first, then the oldest names;
+        # a connected one never (runs only when a new name passes the bound).
+        excess = len(self.persisted) - self.max_producers
+        if excess <= 0:
+            return
+        inactive = sorted(self.inactive_since, key=self.inactive_since.__getitem__)
+        others = [
+            n for n in self.persisted if n not in self.connected and n not in self.inactive_since
+        ]
+        for victim in (inactive + others)[:excess]:
             self._forget(victim)
 
     def _forget(self, name: str) -> None:
         self.persisted.pop(name, None)
         self.pushed.pop(name, None)
         self.inactive_since.pop(name, None)
+
+
+_LONG_LIMIT = 1 << 63
 
 
 def _signed(value: int) -> int:

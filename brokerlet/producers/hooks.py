@@ -6,10 +6,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from brokerlet.actors.dispatcher import CloseConsumers
 from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.supervision import tell_quietly
 from brokerlet.config import Settings
@@ -27,6 +28,7 @@ from brokerlet.producers.state import (
     MemoryProperties,
     Properties,
     is_last_chunk,
+    may_be_chunked,
     recover,
 )
 from brokerlet.storage.ledger import Ledger
@@ -58,8 +60,11 @@ class TopicProducers:
         settings: Settings,
         properties: Properties | None,
         deduplication: bool | None,
+        *,
+        receipt: Callable[..., Any],
     ) -> None:
         self.topic = topic
+        self.receipt = receipt  # the topic's Receipt type
         self.ledger = ledger
         self.store: Properties = properties if properties is not None else MemoryProperties()
         self.access = ProducerAccess(None, settings.max_producers_per_topic)
@@ -195,12 +200,11 @@ class TopicProducers:
         """The answers some of an Append's items get without storage, by index."""
         key = (id(connection), producer_id)
         if self.access.is_fenced(key):
-            from brokerlet.actors.topic import Receipt  # noqa: PLC0415 (the topic imports us)
-
+            receipt = self.receipt
             ledger_id = self.ledger.ledger_id
             reason = "Producer was fenced: another producer took the topic exclusively"
             return {
-                i: Receipt(
+                i: receipt(
                     item.sequence_id,
                     item.highest_sequence_id,
                     ledger_id,
@@ -216,8 +220,7 @@ class TopicProducers:
         producer = self.access.get(key)
         if producer is None:
             return _NOTHING, None
-        from brokerlet.actors.topic import Receipt  # noqa: PLC0415
-
+        receipt = self.receipt
         name = producer.name
         decided: dict[int, Any] = {}
         partial = set()
@@ -225,16 +228,18 @@ class TopicProducers:
             if item.entry is None:
                 continue
             last_chunk = True
-            with contextlib.suppress(ProtocolError):
-                last_chunk = is_last_chunk(parse_metadata(item.entry.data))
+            data = item.entry.data
+            if may_be_chunked(data):
+                with contextlib.suppress(ProtocolError):
+                    last_chunk = is_last_chunk(parse_metadata(data))
             if not last_chunk:
                 partial.add(index)
             verdict = dedup.check(name, item.sequence_id, _highest(item), last_chunk=last_chunk)
             if verdict is Verdict.DUPLICATE:
-                decided[index] = Receipt(item.sequence_id, item.highest_sequence_id, NO_ID, NO_ID)
+                decided[index] = receipt(item.sequence_id, item.highest_sequence_id, NO_ID, NO_ID)
             elif verdict is Verdict.UNKNOWN:
                 highest = _highest(item)
-                decided[index] = Receipt(
+                decided[index] = receipt(
                     highest,
                     highest,
                     self.ledger.ledger_id,
@@ -317,7 +322,6 @@ def check_consumer_limits(settings: Settings, existing: Any, subscriptions: Iter
     per_topic = settings.max_consumers_per_topic
     if not per_subscription and not per_topic:
         return
-    from brokerlet.actors.dispatcher import CloseConsumers  # noqa: PLC0415 (the topic imports us)
 
     def attached(dispatcher: Any) -> int:
         try:

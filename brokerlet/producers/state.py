@@ -23,6 +23,7 @@ __all__ = [
     "MemoryProperties",
     "Properties",
     "is_last_chunk",
+    "may_be_chunked",
     "recover",
     "sequence_of",
 ]
@@ -56,6 +57,16 @@ def is_last_chunk(metadata: pb.MessageMetadata) -> bool:
     """True unless the entry is a chunk of a chunked message other than its last one."""
     chunks = metadata.num_chunks_from_msg
     return chunks <= 1 or metadata.chunk_id == chunks - 1
+
+
+_CHUNKS_TAG = bytes([27 << 3, 0x01])  # MessageMetadata.num_chunks_from_msg = 27, a varint
+
+
+def may_be_chunked(entry: bytes) -> bool:
+    """False when the entry's metadata surely has no ``num_chunks_from_msg``: a byte scan,
+    a quarter of a full parse; True may be a false alarm (the caller then parses)."""
+    size = int.from_bytes(entry[:4], "big")
+    return _CHUNKS_TAG in entry[4 : 4 + size]
 
 
 def sequence_of(metadata: pb.MessageMetadata) -> int:
