@@ -752,7 +752,11 @@ def _query_value(value: object) -> str:
 
 
 def _cause(error: BaseException) -> str:
+    """The innermost reason of a urllib3 error, without urllib3's connection repr."""
     reason = getattr(error, "reason", None)
     if isinstance(reason, BaseException):
         return _cause(reason)
-    return str(error)
+    text = str(error)
+    if text.startswith(("HTTPConnection(", "HTTPSConnection(")) and "): " in text:
+        text = text.split("): ", 1)[1]
+    return text
