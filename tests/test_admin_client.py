@@ -2,8 +2,9 @@
 endpoints brokerlet serves today (stats, health, topic lists) on a running broker.
 
 Request building is checked against a tiny WSGI application on gevent's WSGI server (HTTP/1.1
-keep-alive, on a thread and hub of its own) that records every request and answers what the test scripted. The verbs of
-the tenants/namespaces/partitions API run against brokerlet in test_admin_client_api.py.
+keep-alive, on a thread and hub of its own) that records every request and answers what the
+test scripted. The verbs of the tenants/namespaces/partitions API run against brokerlet in
+test_admin_client_api.py.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-import pulsar
-import pytest
 import gevent
 import gevent.event
+import pulsar
+import pytest
 from gevent.pywsgi import WSGIServer
 
 from brokerlet import Broker
@@ -617,9 +618,11 @@ def test_peek_messages_reads_positions_and_prints_headers_properties_and_payload
     code, out, err = _run(fake.url, "topics", "peek-messages", T, "-s", "billing", "-n", "5")
     assert code == 0, err
     assert [r.path for r in fake.requests] == [f"{SUB}/position/{n}" for n in (1, 2, 3)]
-    assert "Message ID: 7:1" in out and "Message ID: 7:2" in out
+    assert "Message ID: 7:1" in out
+    assert "Message ID: 7:2" in out
     assert '"kind": "new"' in out
-    assert "|00000000| 68 65 6c 6c 6f" in out and "|hello" in out
+    assert "|00000000| 68 65 6c 6c 6f" in out
+    assert "|hello" in out
     assert "Publish time: 2026-12-01T10:00:00.000Z" in out
 
 
