@@ -83,7 +83,7 @@ def hex_dump(data: bytes) -> str:
 
 def _format_peeked(messages: list[PeekedMessage]) -> _Text:
     blocks = []
-    for number, message in enumerate(messages, 1):
+    for message in messages:
         lines = [f"Message ID: {message.message_id}"]
         for header, label in (
             ("X-Pulsar-publish-time", "Publish time"),
@@ -98,7 +98,7 @@ def _format_peeked(messages: list[PeekedMessage]) -> _Text:
             lines.append("Properties:")
             lines.append(json.dumps(message.properties, indent=2))
         lines.append(hex_dump(message.payload))
-        blocks.append(f"Batch Message ID: {number}\n" + "\n".join(lines))
+        blocks.append("\n".join(lines))
     return _Text("\n".join(blocks))
 
 
