@@ -4,9 +4,9 @@
 """
 
 from locust import constant_throughput, task
+from orders_service import Order
 
 from brokerlet.locust import PulsarUser
-from orders_service import Order
 
 TOPIC = "persistent://public/default/orders"
 

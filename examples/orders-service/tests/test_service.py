@@ -1,9 +1,9 @@
 """The service against a broker from brokerlet's pytest plugin (no fixtures of our own)."""
 
 import pytest
+from orders_service import Order, OrderService
 
 from brokerlet.testing.helpers import assert_payloads, read_all, wait_for_backlog
-from orders_service import Order, OrderService
 
 
 @pytest.fixture
