@@ -63,6 +63,8 @@ from locust.env import Environment
 from locust.exception import LocustError
 
 from brokerlet.delivery import Ledger, Verdict
+
+# The client's names; Message and PulsarError are re-exported for the hooks' signatures.
 from brokerlet.transport.client import (
     AlreadyClosed,
     Client,
@@ -80,7 +82,9 @@ __all__ = [
     "TRACK_PROPERTY",
     "DeliveryTracker",
     "DuplicateDeliveryError",
+    "Message",
     "PulsarConsumerUser",
+    "PulsarError",
     "PulsarProducerUser",
     "PulsarUser",
     "TrackedProducer",

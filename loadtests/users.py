@@ -21,15 +21,8 @@ import gevent
 import gevent.event
 from locust import User, constant, constant_throughput, task
 
-from brokerlet.locust import PulsarUser
-from brokerlet.transport.client import (
-    Client,
-    ConsumerType,
-    InitialPosition,
-    Message,
-    MessageId,
-    PulsarError,
-)
+from brokerlet import Client, ConsumerType, InitialPosition, MessageId
+from brokerlet.locust import Message, PulsarError, PulsarUser
 from loadtests.context import RunContext
 from loadtests.scenarios import Scenario
 
