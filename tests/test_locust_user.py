@@ -32,7 +32,7 @@ class Producer(PulsarProducerUser):
 class Consumer(PulsarConsumerUser):
     topic = "orders"
     subscription = "billing"
-    subscription_type = "KeyShared"
+    subscription_type = "{subscription_type}"
     fixed_count = {consumers}
 {extra}
 """
@@ -46,9 +46,16 @@ DUPLICATING = """
 
 
 def _locust(
-    tmp_path: Path, service_url: str, extra: str = "", consumers: int = 2
+    tmp_path: Path,
+    service_url: str,
+    extra: str = "",
+    consumers: int = 2,
+    subscription_type: str = "KeyShared",
 ) -> tuple[subprocess.CompletedProcess[str], dict[tuple[str, str], dict[str, str]]]:
-    (tmp_path / "locustfile.py").write_text(LOCUSTFILE.format(extra=extra, consumers=consumers))
+    locustfile = LOCUSTFILE.format(
+        extra=extra, consumers=consumers, subscription_type=subscription_type
+    )
+    (tmp_path / "locustfile.py").write_text(locustfile)
     result = subprocess.run(
         [
             sys.executable,
@@ -160,9 +167,10 @@ def test_the_same_users_run_against_another_pulsar_broker(tmp_path: Path) -> Non
     other = make_broker("pulsar-lite", brokerlet_args=[], brokerlet_source=None)
     other.start()
     try:
-        # One consumer: pulsar-lite 0.2.0 refuses a second consumer id 0 on a subscription
-        # even from another connection (see loadtests/context.py).
-        result, rows = _locust(tmp_path, other.service_url, consumers=1)
+        # One Shared consumer: pulsar-lite 0.2.0 refuses a second consumer id 0 on a
+        # subscription even from another connection (see loadtests/context.py), and its
+        # Key_Shared dispatch loses and repeats messages (README, Load tests).
+        result, rows = _locust(tmp_path, other.service_url, consumers=1, subscription_type="Shared")
     finally:
         # close() stops and removes the broker's directory where the harness has it.
         getattr(other, "close", other.stop)()
