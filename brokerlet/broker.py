@@ -212,6 +212,11 @@ class Broker:
         try:
             self._run(None)
         finally:
+            # The hub is this thread's alone: destroy it with its loop and thread pool, so a
+            # stopped broker leaves no file descriptors or native threads behind.
+            hub, self._hub = self._hub, None
+            if hub is not None:
+                hub.destroy(destroy_loop=True)
             self._done.set()
 
     def _run(self, on_ready: Callable[[Broker], object] | None) -> None:

@@ -1,4 +1,5 @@
-"""The ``brokerlet`` command: ``serve`` runs a broker, ``settings`` lists every setting."""
+"""The ``brokerlet`` command: ``serve`` runs a broker, ``settings`` lists every setting,
+``admin`` manages a broker through its admin API (:mod:`brokerlet.admin.cli`)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,14 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["admin"]:
+        from brokerlet.admin.cli import main as admin_main  # noqa: PLC0415 -- its own parser
+
+        return admin_main(argv[1:])
     parser = argparse.ArgumentParser(prog="brokerlet", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("admin", help="pulsar-admin's verbs: brokerlet admin --help")
     serve = commands.add_parser("serve", help="run a broker until interrupted")
     add_arguments(serve)
     commands.add_parser("settings", help="list every setting with its alias and default")

@@ -14,7 +14,11 @@ subscription, how often the application was handed each message. From that it de
   increase. Checked only for subscription types that promise per-key order (Key_Shared,
   Failover, Exclusive); Shared does not.
 
-All of it runs on the load generator's one gevent hub, so no locks are needed.
+A subscription added while messages are being published (:meth:`Ledger.add_subscription`)
+is held only to the messages sent after it was added.
+
+All of it runs on the load generator's one gevent hub, so no locks are needed. Used by
+:mod:`brokerlet.locust` and by our ``loadtests/``.
 """
 
 from __future__ import annotations
@@ -30,8 +34,11 @@ _MAX_EXAMPLES = 5
 class _SubscriptionBook:
     """What one subscription's consumers were handed."""
 
-    def __init__(self, ordered: bool) -> None:
+    def __init__(self, ordered: bool, start: list[int] | None = None) -> None:
         self.ordered = ordered
+        self.start = start or []  # per producer: the first number this subscription must see
+        self.expected = 0  # receipted messages it must see
+        self.expected_seen = 0  # of those, how many it has seen
         self.seen: list[bytearray] = []  # per producer: times each number was handed over
         self.last_first: dict[int, int] = {}  # (producer << 32 | key) -> last first delivery
         self.deliveries = 0
@@ -64,6 +71,8 @@ class _SubscriptionBook:
                 self._example(f"duplicate p{producer}#{sequence} key {key}")
             return False
         self.unique += 1
+        if self.must_see(producer, sequence):
+            self.expected_seen += 1
         if self.ordered:
             slot = producer << 32 | key
             last = self.last_first.get(slot, -1)
@@ -73,6 +82,11 @@ class _SubscriptionBook:
             else:
                 self.last_first[slot] = sequence
         return True
+
+    def must_see(self, producer: int, sequence: int) -> bool:
+        """Whether the message was sent after this subscription joined the books."""
+        start = self.start
+        return producer >= len(start) or sequence >= start[producer]
 
     def _example(self, text: str) -> None:
         if len(self.examples) < _MAX_EXAMPLES:
@@ -143,11 +157,27 @@ class Ledger:
 
     def __init__(self, subscriptions: list[str], *, ordered: bool) -> None:
         self._status: list[bytearray] = []
+        self._ordered = ordered
         self._books = {name: _SubscriptionBook(ordered) for name in subscriptions}
         self.sent = 0
         self.receipted = 0
         self.failed = 0
         self.errors: list[str] = []
+
+    @property
+    def subscriptions(self) -> list[str]:
+        """The subscriptions the books are kept for."""
+        return list(self._books)
+
+    def add_subscription(self, name: str, *, ordered: bool | None = None) -> None:
+        """Keep books for one more subscription (nothing if kept already); it must see
+        every message sent from now on. ``ordered`` defaults to the ledger's."""
+        if name in self._books:
+            return
+        self._books[name] = _SubscriptionBook(
+            self._ordered if ordered is None else ordered,
+            start=[len(status) for status in self._status],
+        )
 
     # -- producers -----------------------------------------------------------------------
 
@@ -168,6 +198,9 @@ class Ledger:
         """The broker stored message ``sequence`` of ``producer``."""
         self._status[producer][sequence] = _RECEIPTED
         self.receipted += 1
+        for book in self._books.values():
+            if book.must_see(producer, sequence):
+                book.expected += 1
 
     def failed_send(self, producer: int, sequence: int) -> None:
         """Sending message ``sequence`` of ``producer`` failed."""
@@ -203,13 +236,13 @@ class Ledger:
         """Whether no send is pending and every subscription saw as many distinct messages
         as were receipted (a cheap test; :meth:`verdict` checks message by message)."""
         return self.pending_sends == 0 and all(
-            book.unique >= self.receipted for book in self._books.values()
+            book.expected_seen >= book.expected for book in self._books.values()
         )
 
     def in_flight(self) -> int:
         """Receipted messages not yet seen, summed over subscriptions (approximate while
         sends are pending)."""
-        return sum(max(0, self.receipted - book.unique) for book in self._books.values())
+        return sum(max(0, book.expected - book.expected_seen) for book in self._books.values())
 
     # -- verdict -------------------------------------------------------------------------
 
@@ -267,9 +300,10 @@ class Ledger:
         missing = unexpected = 0
         for producer, status in enumerate(self._status):
             seen = book.seen[producer] if producer < len(book.seen) else bytearray()
+            first = book.start[producer] if producer < len(book.start) else 0
             for sequence, state in enumerate(status):
                 was_seen = sequence < len(seen) and seen[sequence] > 0
-                if state == _RECEIPTED and not was_seen:
+                if state == _RECEIPTED and not was_seen and sequence >= first:
                     missing += 1
                 elif state != _RECEIPTED and was_seen:
                     unexpected += 1
