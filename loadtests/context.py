@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import gevent.event
 
-from brokerlet.transport._client_connection import Connection
-from brokerlet.transport.client import Client
+from brokerlet.client import Client
+from brokerlet.client.connection import Connection
 from loadtests.histograms import LatencyHistogram
 from loadtests.ledger import Ledger
 from loadtests.scenarios import Scenario

@@ -40,7 +40,7 @@ from locust.stats import (
     stats_history,
 )
 
-from brokerlet.transport.client import Client, ConsumerType, InitialPosition, PulsarError
+from brokerlet.client import Client, ConsumerType, InitialPosition, PulsarError
 from loadtests.brokers import BrokerProcess, make_broker
 from loadtests.context import RunContext, use_process_unique_consumer_ids
 from loadtests.controllers import (

@@ -21,7 +21,7 @@ import gevent
 import gevent.event
 from locust import User, constant, constant_throughput, task
 
-from brokerlet.transport.client import (
+from brokerlet.client import (
     AlreadyClosed,
     Consumer,
     ConsumerType,

@@ -24,12 +24,7 @@ import gevent.socket
 import pytest
 
 from brokerlet import Broker
-from brokerlet.transport._client_types import (
-    java_string_hash,
-    normalize_topic,
-    parse_service_url,
-)
-from brokerlet.transport.client import (
+from brokerlet.client import (
     AlreadyClosed,
     Client,
     ConnectError,
@@ -45,6 +40,11 @@ from brokerlet.transport.client import (
     PulsarError,
     Timeout,
     TopicNotFound,
+)
+from brokerlet.client.types import (
+    java_string_hash,
+    normalize_topic,
+    parse_service_url,
 )
 from brokerlet.transport.protocol import (
     FrameDecoder,
