@@ -229,3 +229,10 @@ def _git_revision() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return f"{revision} (with uncommitted changes)" if dirty else revision
+
+
+def rate_range(summary: Summary) -> str:
+    """``low-high`` of a rate summary, for a row's range column; empty without figures."""
+    if math.isnan(summary.median):
+        return ""
+    return f"{summary.low:,.0f}-{summary.high:,.0f}"

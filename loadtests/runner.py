@@ -118,7 +118,7 @@ def run(scenario: Scenario, options: RunOptions) -> int:
         return 2
     finally:
         if broker is not None:
-            broker.stop()
+            broker.close()
     _write_summary(options.output / "summary.json", summary)
     if not options.quiet:
         print(format_samples(summary["broker_stats_samples"]))

@@ -26,9 +26,9 @@ from brokerlet.actors.consumer import ConnectionHandle
 from brokerlet.actors.eventloop import EventLoopActor, WritabilityChanged
 from brokerlet.actors.ratelimit import DispatchRateLimiter
 from brokerlet.config import load_settings
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import pb
 from tests.dispatch_harness import Block, FakeChannel, Harness, Noop
-from tests.rawclient import RawClient
 
 
 class RecordingLoop(EventLoopActor):

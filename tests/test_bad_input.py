@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from rawclient import ConnectionClosed, RawClient, make_entry
 
 from brokerlet import Broker
+from brokerlet.testing.rawclient import ConnectionClosed, RawClient, make_entry
 from brokerlet.transport.protocol import encode_command, encode_send, pb
 from brokerlet.transport.server import FRAME_PADDING
 

@@ -20,8 +20,8 @@ import pytest
 
 from brokerlet import Broker
 from brokerlet.storage import FileOps, StorageError
+from brokerlet.testing.rawclient import ConnectionClosed, RawClient
 from brokerlet.transport.protocol import pb
-from tests.rawclient import ConnectionClosed, RawClient
 
 TOPIC = "persistent://public/default/durable"
 T = pb.BaseCommand

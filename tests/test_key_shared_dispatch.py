@@ -20,9 +20,9 @@ from brokerlet.actors.dispatcher import Ack
 from brokerlet.actors.keyshared import KeySharedMeta, entry_key_hash
 from brokerlet.config import load_settings
 from brokerlet.keyshared import sticky_key_hash
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import build_entry, encode_send, pb
 from tests.dispatch_harness import LEDGER, Harness, make_keyed_entry
-from tests.rawclient import RawClient
 
 KEY_SHARED = pb.CommandSubscribe.Key_Shared
 

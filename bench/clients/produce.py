@@ -1,6 +1,6 @@
 """Produce-only runs: how fast a broker takes messages, and how long each waits for its receipt.
 
-Producer processes of the official client (see :mod:`bench.load_client`) send unbatched
+Producer processes of the official client (see :mod:`bench.clients.jobs`) send unbatched
 128-byte messages to a fresh topic with no subscription, so the broker's work per message is
 the receive, the append to its storage and the receipt. Every few sends is timed from
 ``send_async`` to its receipt's callback (a Python callback on every send would cost the
@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 import psutil
 
-from bench.load_client import ProducerJob, run_producer
-from bench.workers import SETUP_TIMEOUT, Worker, close_all, drive, percentile, rate, shares
+from bench.clients.jobs import ProducerJob, run_producer
+from bench.clients.workers import SETUP_TIMEOUT, Worker, close_all, drive, rate, shares
+from brokerlet.testing import percentile
 
 __all__ = ["LATENCY_EVERY", "MAX_PENDING", "ProduceResult", "run_produce_once"]
 

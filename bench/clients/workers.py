@@ -1,7 +1,7 @@
 """Client processes for the end-to-end sections: spawn them, release them together, collect.
 
 Every end-to-end run (throughput, Key_Shared, storage) has the same shape: producer and
-consumer processes of the official client (see :mod:`bench.load_client`) each connect and say
+consumer processes of the official client (see :mod:`bench.clients.jobs`) each connect and say
 they are ready; this process then sets one start event, and each worker sends back one report
 through its pipe. :func:`drive` does that part and measures the broker's and the machine's CPU
 over it; the sections turn the reports into their figures.
@@ -19,7 +19,7 @@ from multiprocessing.synchronize import Event
 
 import psutil
 
-from bench.load_client import READY, ConsumerReport, ProducerReport
+from bench.clients.jobs import READY, ConsumerReport, ProducerReport
 
 __all__ = [
     "SETUP_TIMEOUT",
@@ -31,7 +31,6 @@ __all__ = [
     "cpu_seconds",
     "drive",
     "machine_busy_seconds",
-    "percentile",
     "rate",
     "share_of_core",
     "shares",
@@ -238,10 +237,3 @@ def share_of_core(cpu_s: float, start_ns: int, end_ns: int) -> float:
         return math.nan
     return cpu_s / ((end_ns - start_ns) / 1e9)
 
-
-def percentile(ordered: Sequence[int] | Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile of an ascending sequence; NaN when it is empty."""
-    if not ordered:
-        return float("nan")
-    rank = max(0, min(len(ordered) - 1, round(fraction * len(ordered)) - 1))
-    return float(ordered[rank])
