@@ -247,11 +247,13 @@ def brokerlet_command(
     python = [sys.executable]
     if profile_path is not None:
         python += ["-m", "cProfile", "-o", str(profile_path)]
-    web = (["--web-service-port", str(web_port)] if web_port is not None
-           else ["--web-service-enabled", "false"])
+    web = (
+        ["--web-service-port", str(web_port)]
+        if web_port is not None
+        else ["--web-service-enabled", "false"]
+    )
     data = ["--data-dir", str(data_dir)] if data_dir is not None else []
-    return [*python, "-m", "brokerlet", "serve", "--port", str(port), *web, *_QUIET, *data,
-            *flags]
+    return [*python, "-m", "brokerlet", "serve", "--port", str(port), *web, *_QUIET, *data, *flags]
 
 
 class BrokerletProcess(ChildBroker):
@@ -294,8 +296,13 @@ class BrokerletProcess(ChildBroker):
         if self._web_port is not None and port == 0:
             port = free_port()
         self.stats_url = f"http://127.0.0.1:{self._web_port}" if self._web_port else ""
-        self.command = brokerlet_command(port, web_port=self._web_port, data_dir=self.data_dir,
-                                         profile_path=profile_path, flags=self.flags)
+        self.command = brokerlet_command(
+            port,
+            web_port=self._web_port,
+            data_dir=self.data_dir,
+            profile_path=profile_path,
+            flags=self.flags,
+        )
         self._ready = threading.Event()
 
     @property
@@ -347,5 +354,9 @@ class BrokerletProcess(ChildBroker):
             self._ready.set()
 
     def describe(self) -> dict[str, object]:
-        return {**super().describe(), "stats_url": self.stats_url, "flags": self.flags,
-                "source": str(self.source) if self.source else "installed"}
+        return {
+            **super().describe(),
+            "stats_url": self.stats_url,
+            "flags": self.flags,
+            "source": str(self.source) if self.source else "installed",
+        }
