@@ -632,7 +632,8 @@ def test_a_waiting_receive_wakes_for_a_message(client: Client, topic: str) -> No
     consumer = client.subscribe(topic, "sub")
     producer = client.create_producer(topic)
     waiting = gevent.spawn(consumer.receive, int(WAIT * 1000))
-    gevent.sleep(0)  # let it start waiting first
+    gevent.idle()  # every ready greenlet has run: the receive is now waiting
+    assert not waiting.ready()
 
     producer.send(b"wake up")
 
@@ -856,10 +857,11 @@ def test_a_full_pending_queue_blocks_until_there_is_room(scripted: list[Scripted
         events: list[str] = []
         producer.send_async(b"1", lambda error, mid: events.append(f"1 {type(error).__name__}"))
         blocked = gevent.spawn(producer.send_async, b"2", lambda error, mid: None)
-        gevent.sleep(0)  # let it run into the full queue
+        gevent.idle()  # every ready greenlet has run: the send is now at the full queue
 
         assert not blocked.ready()
         blocked.join(timeout=WAIT)
+        assert blocked.ready(), "the blocked send was never admitted"
         events.append("2 admitted")
         assert events == ["1 Timeout", "2 admitted"]
         assert blocked.successful()

@@ -277,7 +277,7 @@ def test_concurrent_appends_share_one_sync(
     assert ops.sync_entered.wait(WAIT)  # the writer is now inside the leader's sync
     for index in range(count - 1):
         ledger.append([new_entry(payload(index))], done)
-    gevent.sleep(0.01)  # the hub keeps running while the sync is held ...
+    gevent.idle()  # the hub has run everything it can while the sync is held ...
     assert results == []  # ... and nothing is acknowledged before its sync
     hold.set()
     assert all_done.wait(WAIT)
