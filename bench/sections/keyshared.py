@@ -20,7 +20,6 @@ import multiprocessing
 import os
 import time
 import uuid
-from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,16 +34,17 @@ from bench.clients.jobs import (
 from bench.clients.workers import (
     SETUP_TIMEOUT,
     Collected,
+    SendWindow,
     Worker,
     close_all,
     drive,
+    latency_ms,
     rate,
     share_of_core,
     shares,
 )
 from bench.plan import Plan, SectionResult, run_timeout
-from bench.report import Row, Summary, format_rate, rate_range
-from brokerlet.testing import percentile
+from bench.report import Row, Summary, format_rate, latency_row, rate_range, succeeded
 from brokerlet.testing.process import BrokerletProcess
 
 __all__ = ["KEY_SHARED_MODES", "KeySharedMode", "KeySharedResult", "run_key_shared_once"]
@@ -202,41 +202,34 @@ def _figures(blank: KeySharedResult, collected: Collected) -> KeySharedResult:
     producers = collected.producers
     reports = collected.consumers
     errors = list(collected.errors)
-    first_send_ns = min((r.first_send_ns for r in producers if r.first_send_ns), default=0)
-    last_completion_ns = max((r.last_completion_ns for r in producers), default=0)
+    window = SendWindow.of(producers)
     last_receive_ns = max((r.last_receive_ns for r in reports), default=0)
-    sent = sum(r.sent for r in producers)
     received = sum(r.received for r in reports)
     if received < blank.messages and not errors:
         errors.append(f"only {received} of {blank.messages} messages arrived in time")
-    latencies = array("q")
-    for report in reports:
-        latencies.frombytes(report.latencies_ns)
-    ordered = sorted(latencies)
+    p50, p99, _ = latency_ms(reports)
     owners: dict[int, set[int]] = {}
     for report in reports:
         for key, numbers in report.key_owners.items():
             owners.setdefault(key, set()).update(numbers)
     per_consumer = [count for report in reports for count in report.per_consumer]
     even_share = received / len(per_consumer) if per_consumer and received else math.nan
-    client_cpu_s = sum(r.cpu_s for r in producers) + sum(r.cpu_s for r in reports)
-    all_acknowledged = bool(producers) and all(r.last_completion_ns for r in producers)
+    client_cpu_s = window.cpu_s + sum(r.cpu_s for r in reports)
     elapsed = collected.elapsed_s
     return dataclasses.replace(
         blank,
-        sent=sent,
+        sent=window.sent,
         received=received,
-        produce_rate=rate(sent, first_send_ns, last_completion_ns) if all_acknowledged
-        else math.nan,
-        end_to_end_rate=rate(received, first_send_ns, last_receive_ns),
-        latency_p50_ms=percentile(ordered, 0.50) / 1e6,
-        latency_p99_ms=percentile(ordered, 0.99) / 1e6,
+        produce_rate=window.produce_rate,
+        end_to_end_rate=rate(received, window.first_send_ns, last_receive_ns),
+        latency_p50_ms=p50,
+        latency_p99_ms=p99,
         order_violations=sum(r.order_violations for r in reports),
         keys_at_several_consumers=sum(1 for numbers in owners.values() if len(numbers) > 1),
         busiest_consumer_share=max(per_consumer, default=0) / even_share,
         idle_consumers=sum(1 for count in per_consumer if count == 0),
         broker_cpu=collected.broker_cpu_s / elapsed,
-        client_cpu=share_of_core(client_cpu_s, first_send_ns, last_receive_ns),
+        client_cpu=share_of_core(client_cpu_s, window.first_send_ns, last_receive_ns),
         machine_cpu=collected.machine_cpu_s / elapsed,
         broker_cpu_per_message_us=collected.broker_cpu_s * 1e6 / max(1, received),
         error="; ".join(errors) or None,
@@ -324,13 +317,9 @@ def _summarise_keyshared(runs: list[KeySharedResult]) -> dict[str, Any]:
 
 
 def _keyshared_rows(name: str, runs: list[KeySharedResult]) -> list[Row]:
-    good = [run for run in runs if run.error is None]
-    failures = len(runs) - len(good)
-    note = f" ({failures} of {len(runs)} runs failed)" if failures else ""
+    good, failures, note = succeeded(runs)
     end_to_end = Summary.of([run.end_to_end_rate for run in good])
     produce = Summary.of([run.produce_rate for run in good])
-    p50 = Summary.of([run.latency_p50_ms for run in good])
-    p99 = Summary.of([run.latency_p99_ms for run in good])
     broker_cpu = Summary.of([run.broker_cpu for run in good]).median
     client_cpu = Summary.of([run.client_cpu for run in good]).median
     machine_cpu = Summary.of([run.machine_cpu for run in good]).median
@@ -345,8 +334,7 @@ def _keyshared_rows(name: str, runs: list[KeySharedResult]) -> list[Row]:
         Row(f"Key_Shared end-to-end, {name}", format_rate(end_to_end.median),
             rate_range(end_to_end) + note, "", failed),
         Row(f"  produce, {name}", format_rate(produce.median), rate_range(produce)),
-        Row(f"  latency p50 / p99, {name}", f"{p50.median:.1f} / {p99.median:.1f} ms",
-            f"p99 {p99.low:.1f}-{p99.high:.1f} ms" if good else ""),
+        latency_row(f"  latency p50 / p99, {name}", good),
         Row(f"  CPU broker / clients / machine, {name}",
             f"{broker_cpu:.0%} / {client_cpu:.0%} / {machine_cpu:.0%}",
             f"broker {broker_us:.1f} µs per message"),

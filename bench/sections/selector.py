@@ -21,15 +21,20 @@ def run_selector(plan: Plan) -> SectionResult:
     for kind in dict.fromkeys(figures["selector"] for figures in results):
         mine = [figures for figures in results if figures["selector"] == kind]
         slowest = min(mine, key=lambda figures: figures["ratio"])
-        section.rows.append(Row(
+        section.rows.append(_worst_row(
             f"selector snapshot vs SortedDict, {kind}", f"{slowest['ratio']:.1f}x",
-            "; ".join(f"{f['consumers']} consumers {f['ratio']:.1f}x" for f in mine)
-            + " (worst judged)",
+            [f"{f['consumers']} consumers {f['ratio']:.1f}x" for f in mine], "",
             f">= {speedup:.0f}x", judge(slowest["ratio"], at_least=speedup)))
         costliest = max(mine, key=lambda figures: figures["batch_ns"])
-        section.rows.append(Row(
+        section.rows.append(_worst_row(
             f"  select_batch per entry, {kind}", f"{costliest['batch_ns']:.0f} ns",
-            "; ".join(f"{f['consumers']} consumers {f['batch_ns']:.0f}" for f in mine)
-            + " ns (worst judged)",
+            [f"{f['consumers']} consumers {f['batch_ns']:.0f}" for f in mine], " ns",
             f"< {batch_target:.0f} ns", judge(costliest["batch_ns"], below=batch_target)))
     return section
+
+
+def _worst_row(
+    figure: str, value: str, per_count: list[str], unit: str, target: str, status: str
+) -> Row:
+    """A row judged on the worst consumer count, listing every count's figure."""
+    return Row(figure, value, "; ".join(per_count) + f"{unit} (worst judged)", target, status)

@@ -27,7 +27,7 @@ import psutil
 from bench.clients.produce import LATENCY_EVERY, ProduceResult, run_produce_once
 from bench.clients.workers import STOP_GRACE
 from bench.plan import Plan, SectionResult, run_timeout
-from bench.report import Row, Summary, format_rate, judge
+from bench.report import Row, Summary, format_rate, judge, latency_row, succeeded
 from bench.stall_probe import READY_PREFIX
 from brokerlet.testing.process import BrokerletProcess, ChildBroker
 
@@ -142,12 +142,8 @@ def _produce_rows(runs: dict[str, list[ProduceResult]]) -> list[Row]:
     rows: list[Row] = []
     for backend in BACKENDS:
         results = runs[backend]
-        good = [run for run in results if run.error is None]
-        failures = len(results) - len(good)
-        note = f" ({failures} of {len(results)} runs failed)" if failures else ""
+        good, failures, note = succeeded(results)
         produce = Summary.of([run.produce_rate for run in good])
-        p50 = Summary.of([run.latency_p50_ms for run in good])
-        p99 = Summary.of([run.latency_p99_ms for run in good])
         label = backend_label(backend)
         spread = f"{produce.low:,.0f}-{produce.high:,.0f}" if good else ""
         if backend == "memory":
@@ -162,9 +158,7 @@ def _produce_rows(runs: dict[str, list[ProduceResult]]) -> list[Row]:
                 status = status or judge(ratio.median, at_least=EVERY_BATCH_TARGET)
             rows.append(Row(f"produce, storage {label}", format_rate(produce.median),
                             spread + note, target, status))
-        rows.append(Row(f"  send-to-receipt p50 / p99, {label}",
-                        f"{p50.median:.1f} / {p99.median:.1f} ms",
-                        f"p99 {p99.low:.1f}-{p99.high:.1f} ms" if good else ""))
+        rows.append(latency_row(f"  send-to-receipt p50 / p99, {label}", good))
     return rows
 
 

@@ -16,7 +16,6 @@ import math
 import multiprocessing
 import os
 import uuid
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,16 +35,25 @@ from bench.clients.jobs import (
 from bench.clients.workers import (
     SETUP_TIMEOUT,
     Collected,
+    SendWindow,
     Worker,
     close_all,
     drive,
+    latency_ms,
     rate,
     share_of_core,
     shares,
 )
 from bench.plan import Plan, SectionResult, run_timeout
-from bench.report import Row, Summary, format_rate, judge, rate_range
-from brokerlet.testing import percentile
+from bench.report import (
+    Row,
+    Summary,
+    format_rate,
+    judge,
+    latency_row,
+    rate_range,
+    succeeded,
+)
 from brokerlet.testing.process import BrokerletProcess
 
 __all__ = ["DEFAULT_PRODUCERS", "MESSAGE_SIZE", "MODES", "Mode", "RunResult", "run_once"]
@@ -189,35 +197,28 @@ def _figures(
     error: str | None,
 ) -> RunResult:
     """The run's figures from the workers' reports."""
-    first_send_ns = min((report.first_send_ns for report in producers if report.first_send_ns),
-                        default=0)
-    last_completion_ns = max((report.last_completion_ns for report in producers), default=0)
-    sent = sum(report.sent for report in producers)
-    all_acknowledged = all(report.last_completion_ns for report in producers)
-    producer_cpu_s = sum(report.cpu_s for report in producers)
-    latencies = array("q")
-    latencies.frombytes(consumer.latencies_ns)
-    ordered = sorted(latencies)
+    window = SendWindow.of(producers)
+    p50, p99, _ = latency_ms([consumer])
     per_received = max(1, consumer.received)
     return RunResult(
         mode=mode.name,
         producers=len(producers),
         messages=messages,
-        sent=sent,
+        sent=window.sent,
         received=consumer.received,
-        produce_rate=rate(sent, first_send_ns, last_completion_ns) if all_acknowledged
-        else math.nan,
-        end_to_end_rate=rate(consumer.received, first_send_ns, consumer.last_receive_ns),
-        latency_p50_ms=percentile(ordered, 0.50) / 1e6,
-        latency_p99_ms=percentile(ordered, 0.99) / 1e6,
+        produce_rate=window.produce_rate,
+        end_to_end_rate=rate(consumer.received, window.first_send_ns, consumer.last_receive_ns),
+        latency_p50_ms=p50,
+        latency_p99_ms=p99,
         broker_cpu=broker_cpu_s / elapsed_s,
         producer_cpu=max((_busy(report) for report in producers), default=math.nan),
-        consumer_cpu=share_of_core(consumer.cpu_s, first_send_ns, consumer.last_receive_ns),
-        client_cpu=share_of_core(producer_cpu_s + consumer.cpu_s, first_send_ns,
+        consumer_cpu=share_of_core(consumer.cpu_s, window.first_send_ns,
+                                   consumer.last_receive_ns),
+        client_cpu=share_of_core(window.cpu_s + consumer.cpu_s, window.first_send_ns,
                                   consumer.last_receive_ns),
         machine_cpu=machine_cpu_s / elapsed_s,
         broker_cpu_per_message_us=broker_cpu_s * 1e6 / per_received,
-        producer_cpu_per_message_us=producer_cpu_s * 1e6 / max(1, sent),
+        producer_cpu_per_message_us=window.cpu_s * 1e6 / max(1, window.sent),
         consumer_cpu_per_message_us=consumer.cpu_s * 1e6 / per_received,
         error=error,
     )
@@ -323,14 +324,10 @@ def _median(runs: list[RunResult], figure: str) -> float:
 
 
 def _mode_rows(name: str, runs: list[RunResult]) -> list[Row]:
-    good = [run for run in runs if run.error is None]
-    failures = len(runs) - len(good)
-    note = f" ({failures} of {len(runs)} runs failed)" if failures else ""
+    good, failures, note = succeeded(runs)
     producers = runs[0].producers if runs else 0
     end_to_end = Summary.of([run.end_to_end_rate for run in good])
     produce = Summary.of([run.produce_rate for run in good])
-    p50 = Summary.of([run.latency_p50_ms for run in good])
-    p99 = Summary.of([run.latency_p99_ms for run in good])
     broker_cpu = _median(good, "broker_cpu")
     producer_cpu = _median(good, "producer_cpu")
     consumer_cpu = _median(good, "consumer_cpu")
@@ -347,8 +344,7 @@ def _mode_rows(name: str, runs: list[RunResult]) -> list[Row]:
             rate_range(end_to_end) + note, f">= {target:,.0f} msg/s", status),
         Row(f"  produce, {name}, {_producer_processes(producers)}",
             format_rate(produce.median), rate_range(produce)),
-        Row(f"  latency p50 / p99, {name}", f"{p50.median:.1f} / {p99.median:.1f} ms",
-            f"p99 {p99.low:.1f}-{p99.high:.1f} ms"),
+        latency_row(f"  latency p50 / p99, {name}", good),
         Row(f"  CPU broker / busiest producer / consumer, {name}",
             f"{broker_cpu:.0%} / {producer_cpu:.0%} / {consumer_cpu:.0%}",
             f"all clients {client_cpu:.0%}, machine {machine_cpu:.0%} of {_cores():.0%} "
@@ -363,12 +359,10 @@ def _mode_rows(name: str, runs: list[RunResult]) -> list[Row]:
 
 def _single_producer_row(name: str, runs: list[RunResult], single: list[RunResult]) -> Row:
     """The side row: end to end with one producer process, next to the main figure."""
-    good = [run for run in single if run.error is None]
-    failures = len(single) - len(good)
+    good, failures, note = succeeded(single)
     end_to_end = Summary.of([run.end_to_end_rate for run in good])
     several = _median([run for run in runs if run.error is None], "end_to_end_rate")
     ratio = several / end_to_end.median if end_to_end.median > 0 else math.nan
-    note = f" ({failures} of {len(single)} runs failed)" if failures else ""
     producers = runs[0].producers if runs else 0
     return Row(f"  end-to-end, {name}, {_producer_processes(1)}",
                format_rate(end_to_end.median),
