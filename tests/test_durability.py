@@ -249,6 +249,23 @@ def topic_bytes(data_dir: Path) -> int:
     return total
 
 
+def store_then_ack_all(client: RawClient, payloads: list[bytes], data_dir: Path) -> int:
+    """Store ``payloads``, then receive and ack them all on consumer 1.
+
+    Returns:
+        The topic's bytes on disk before the acks.
+    """
+    client.create_producer(TOPIC, 1)
+    for sequence, data in enumerate(payloads):
+        client.produce(1, sequence, data)
+    before = topic_bytes(data_dir)
+    client.flow(1, len(payloads))
+    received = client.receive(1, len(payloads))
+    client.ack(1, [m.entry_id for m in received], ledger_id=received[0].ledger_id)
+    client.ping()  # the acks reached the broker before this PONG
+    return before
+
+
 def test_retention_frees_disk_once_every_subscription_acked(tmp_path: Path) -> None:
     with (
         disk_broker(tmp_path, segment_bytes=16384) as broker,
@@ -256,14 +273,7 @@ def test_retention_frees_disk_once_every_subscription_acked(tmp_path: Path) -> N
     ):
         client.handshake()
         client.subscribe(TOPIC, "only", 1)
-        client.create_producer(TOPIC, 1)
-        for sequence in range(200):
-            client.produce(1, sequence, b"x" * 1024)
-        before = topic_bytes(tmp_path)
-        client.flow(1, 200)
-        received = client.receive(1, 200)
-        client.ack(1, [m.entry_id for m in received], ledger_id=received[0].ledger_id)
-        client.ping()
+        before = store_then_ack_all(client, [b"x" * 1024] * 200, tmp_path)
         deadline = time.monotonic() + 5
         while topic_bytes(tmp_path) > before // 4 and time.monotonic() < deadline:
             time.sleep(0.02)  # segments are deleted on the storage thread
@@ -289,18 +299,11 @@ def test_a_lagging_subscription_keeps_its_segments(tmp_path: Path) -> None:
         client.handshake()
         client.subscribe(TOPIC, "fast", 1)
         client.subscribe(TOPIC, "slow", 2)
-        client.create_producer(TOPIC, 1)
         payloads = [f"{i:04}".encode() * 256 for i in range(200)]
-        for sequence, data in enumerate(payloads):
-            client.produce(1, sequence, data)
-        before = topic_bytes(tmp_path)
-        client.flow(1, 200)
-        received = client.receive(1, 200)
-        client.ack(1, [m.entry_id for m in received], ledger_id=received[0].ledger_id)
-        client.ping()
+        before = store_then_ack_all(client, payloads, tmp_path)
         # The fast cursor reaching disk is when retention would run for it.
         deadline = time.monotonic() + 5
-        while (saved_cursor(tmp_path, "fast") or (-1, set()))[0] < received[-1].entry_id:
+        while (saved_cursor(tmp_path, "fast") or (-1, set()))[0] < len(payloads) - 1:
             assert time.monotonic() < deadline, "the fast subscription's acks never saved"
             client.ping()  # a round trip per poll, not a sleep
         assert topic_bytes(tmp_path) >= before, "segments the slow subscription needs went"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
@@ -59,61 +59,53 @@ class NoReadGate:
 
 
 @dataclass(frozen=True)
-class Burst:
-    """Send ``count`` FLOWs, spread over the connection's consumers."""
-
-    count: int
-    seed: int
+class Go:
+    """Start the work (after the start line)."""
 
 
-@dataclass(frozen=True)
-class Churn:
-    """Dispatch ``count`` times and now and then remove and re-add a consumer."""
+class Writer(pykka.ThreadingActor):
+    """An actor on a thread of its own that, told Go, does ``work`` and answers its result."""
 
-    count: int
-    seed: int
-
-
-class ConnectionActor(pykka.ThreadingActor):
-    def __init__(self, consumers: list[Consumer], start: threading.Barrier) -> None:
+    def __init__(self, work: Callable[[], int], start: threading.Barrier) -> None:
         super().__init__()
-        self.consumers = consumers
+        self.work = work
         self.start_line = start
 
     def on_receive(self, message: Any) -> Any:
-        if not isinstance(message, Burst):
+        if not isinstance(message, Go):
             raise TypeError(f"unexpected message {message!r}")
-        rng = random.Random(message.seed)
         self.start_line.wait(10)
-        for _ in range(message.count):
-            rng.choice(self.consumers).flow(rng.randint(1, 5))
-        return message.count
+        return self.work()
 
 
-class DispatcherActor(pykka.ThreadingActor):
-    def __init__(
-        self, consumers: list[Consumer], total: PermitTotal, start: threading.Barrier
-    ) -> None:
-        super().__init__()
-        self.consumers = consumers
-        self.total = total
-        self.start_line = start
+def flows(consumers: list[Consumer], seed: int) -> Callable[[], int]:
+    """A connection actor's part: FLOWs spread over its consumers."""
 
-    def on_receive(self, message: Any) -> Any:
-        if not isinstance(message, Churn):
-            raise TypeError(f"unexpected message {message!r}")
-        rng = random.Random(message.seed)
+    def work() -> int:
+        rng = random.Random(seed)
+        for _ in range(FLOWS):
+            rng.choice(consumers).flow(rng.randint(1, 5))
+        return FLOWS
+
+    return work
+
+
+def dispatches(consumers: list[Consumer], total: PermitTotal, seed: int) -> Callable[[], int]:
+    """The dispatcher's part: debits for dispatched messages, and removals and re-adds."""
+
+    def work() -> int:
+        rng = random.Random(seed)
         removals = 0
-        self.start_line.wait(10)
-        for n in range(message.count):
-            consumer = rng.choice(self.consumers)
+        for n in range(DISPATCHES):
+            consumer = rng.choice(consumers)
             if consumer.accounted:
                 consumer.debit(rng.randint(1, 3))  # may go negative, as real dispatch may
             if n % 10 == 0:
-                if consumer.detach():  # RemoveConsumer
-                    removals += 1
-                consumer.attach(self.total, NoReadGate())  # type: ignore[arg-type]
+                removals += consumer.detach()  # RemoveConsumer
+                consumer.attach(total, NoReadGate())  # type: ignore[arg-type]
         return removals
+
+    return work
 
 
 @contextmanager
@@ -151,13 +143,14 @@ def race(total: PermitTotal, seed: int) -> tuple[int, int]:
     start = threading.Barrier(CONNECTIONS + 1)
     with preempted(type(total).add):
         connections = [
-            ConnectionActor.start(consumers[i::CONNECTIONS], start) for i in range(CONNECTIONS)
+            Writer.start(flows(consumers[i::CONNECTIONS], seed + i), start)
+            for i in range(CONNECTIONS)
         ]
-        dispatcher = DispatcherActor.start(consumers, total, start)
+        dispatcher = Writer.start(dispatches(consumers, total, seed), start)
     try:
-        flows = [c.ask(Burst(FLOWS, seed + i), block=False) for i, c in enumerate(connections)]
-        churn = dispatcher.ask(Churn(DISPATCHES, seed), block=False)
-        assert [f.get(timeout=30) for f in flows] == [FLOWS] * CONNECTIONS
+        answers = [c.ask(Go(), block=False) for c in connections]
+        churn = dispatcher.ask(Go(), block=False)
+        assert [a.get(timeout=30) for a in answers] == [FLOWS] * CONNECTIONS
         assert churn.get(timeout=30) > 0, "the dispatcher never removed a consumer"
     finally:
         for ref in [*connections, dispatcher]:

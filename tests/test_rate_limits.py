@@ -87,35 +87,23 @@ def test_a_subscription_limit_paces_its_backlog(unit: str, setting: str) -> None
 
 
 @pytest.mark.parametrize(
-    ("unit", "setting"),
+    ("setting", "streams"),
     [
-        ("msg", "dispatch_throttling_rate_per_topic_in_msg"),
-        ("byte", "dispatch_throttling_rate_per_topic_in_byte"),
+        ("dispatch_throttling_rate_per_topic_in_msg", [("topic-msg", "a"), ("topic-msg", "b")]),
+        ("dispatch_throttling_rate_per_topic_in_byte", [("topic-b", "a"), ("topic-b", "b")]),
+        ("dispatchThrottlingRateInMsg", [("broker-msg-1", "s"), ("broker-msg-2", "s")]),
+        ("dispatchThrottlingRateInByte", [("broker-b-1", "s"), ("broker-b-2", "s")]),
     ],
+    ids=["topic msg/s", "topic bytes/s", "broker msg/s", "broker bytes/s"],
 )
-def test_a_topic_limit_is_shared_by_its_subscriptions(unit: str, setting: str) -> None:
-    rate = RATE if unit == "msg" else RATE * (len(PAYLOAD) + 100)
-    topic = f"persistent://public/default/topic-limit-{unit}"
+def test_a_shared_limit_paces_every_stream_it_covers(
+    setting: str, streams: list[tuple[str, str]]
+) -> None:
+    # A topic's limit covers its subscriptions; the broker's covers every topic.
+    rate = RATE if setting.endswith(("Msg", "_msg")) else RATE * (len(PAYLOAD) + 100)
+    named = [(f"persistent://public/default/{topic}", sub) for topic, sub in streams]
     with Broker(port=0, **{setting: rate}) as broker:
-        # Two subscriptions, 2 * RATE messages each: 4 * RATE deliveries from one bucket.
-        elapsed = drain_time(broker, [(topic, "a"), (topic, "b")], 2 * RATE)
-    ideal = SHARED_IDEAL_S
-    assert elapsed >= ideal * SLACK, f"two subscriptions drained in {elapsed:.2f} s"
-    assert elapsed < ideal * 10
-
-
-@pytest.mark.parametrize(
-    ("unit", "setting"),
-    [
-        ("msg", "dispatchThrottlingRateInMsg"),
-        ("byte", "dispatchThrottlingRateInByte"),
-    ],
-)
-def test_a_broker_limit_is_shared_by_every_topic(unit: str, setting: str) -> None:
-    rate = RATE if unit == "msg" else RATE * (len(PAYLOAD) + 100)
-    with Broker(port=0, **{setting: rate}) as broker:
-        streams = [(f"persistent://public/default/broker-limit-{unit}-{n}", "s") for n in (1, 2)]
-        elapsed = drain_time(broker, streams, 2 * RATE)
-    ideal = SHARED_IDEAL_S
-    assert elapsed >= ideal * SLACK, f"two topics drained in {elapsed:.2f} s"
-    assert elapsed < ideal * 10
+        # Two streams of 2 * RATE messages each: 4 * RATE deliveries from one bucket.
+        elapsed = drain_time(broker, named, 2 * RATE)
+    assert elapsed >= SHARED_IDEAL_S * SLACK, f"two streams drained in {elapsed:.2f} s"
+    assert elapsed < SHARED_IDEAL_S * 10

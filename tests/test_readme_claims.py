@@ -65,21 +65,14 @@ def poll(condition: Any, what: str, timeout: float = 10.0) -> Any:
 
 def subscribe_failover(client: RawClient, topic: str, name: str, priority: int) -> None:
     client.handshake()
-    client.send_command(
-        T(
-            type=T.SUBSCRIBE,
-            subscribe=pb.CommandSubscribe(
-                topic=topic,
-                subscription="fo",
-                sub_type=pb.CommandSubscribe.Failover,
-                consumer_id=1,
-                request_id=1,
-                consumer_name=name,
-                priority_level=priority,
-            ),
-        )
+    client.subscribe(
+        topic,
+        "fo",
+        1,
+        sub_type=pb.CommandSubscribe.Failover,
+        consumer_name=name,
+        priority_level=priority,
     )
-    client.expect(T.SUCCESS)
     client.flow(1, 100)
 
 

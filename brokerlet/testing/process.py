@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any, Self
 
 from brokerlet.testing.ports import free_port
@@ -162,12 +161,7 @@ class ChildBroker:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def _running(self) -> subprocess.Popen[str]:
