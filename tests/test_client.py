@@ -920,17 +920,7 @@ def test_consumer_resubscribes_after_losing_its_connection(
         if len(endpoint.commands(T.FLOW)) == 1:
             sock.shutdown(gevent.socket.SHUT_RDWR)  # drop the first connection
             return
-        entry = build_entry(
-            pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"pushed"
-        )
-        message = T(
-            type=T.MESSAGE,
-            message=pb.CommandMessage(
-                consumer_id=command.flow.consumer_id,
-                message_id=pb.MessageIdData(ledger_id=3, entry_id=4),
-            ),
-        )
-        sock.sendall(encode_payload_command(message, entry, checksum=crc32c(entry)))
+        push_message(sock, command.flow.consumer_id)
 
     endpoint = self_serving(scripted, {T.SUBSCRIBE: subscribe, T.FLOW: flow})
     client = Client(endpoint.url, operation_timeout_seconds=WAIT)
@@ -954,14 +944,18 @@ def subscribe_then_push(endpoint: ScriptedBroker, sock: Any, command: pb.BaseCom
     send(
         sock, T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=command.subscribe.request_id))
     )
+    push_message(sock, command.subscribe.consumer_id)
+
+
+def push_message(sock: Any, consumer_id: int) -> None:
+    """Send ``consumer_id`` one MESSAGE, b"pushed" at 3:4."""
     entry = build_entry(
         pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"pushed"
     )
     message = T(
         type=T.MESSAGE,
         message=pb.CommandMessage(
-            consumer_id=command.subscribe.consumer_id,
-            message_id=pb.MessageIdData(ledger_id=3, entry_id=4),
+            consumer_id=consumer_id, message_id=pb.MessageIdData(ledger_id=3, entry_id=4)
         ),
     )
     sock.sendall(encode_payload_command(message, entry, checksum=crc32c(entry)))

@@ -160,24 +160,21 @@ def test_negative_ack_comes_back_with_redelivery_count_one(
 def test_unacked_messages_of_a_closed_consumer_go_to_the_other(
     client: pulsar.Client, topic: str
 ) -> None:
-    leaving = client.subscribe(
-        topic,
-        "shared",
-        consumer_type=pulsar.ConsumerType.Shared,
-        receiver_queue_size=5,
-        consumer_name="leaving",
-    )
+    def shared(name: str) -> pulsar.Consumer:
+        return client.subscribe(
+            topic,
+            "shared",
+            consumer_type=pulsar.ConsumerType.Shared,
+            receiver_queue_size=5,
+            consumer_name=name,
+        )
+
+    leaving = shared("leaving")
     producer = client.create_producer(topic, batching_enabled=False)
     for i in range(5):
         producer.send(f"{i}".encode())
     held = [leaving.receive(5000) for _ in range(5)]
-    staying = client.subscribe(
-        topic,
-        "shared",
-        consumer_type=pulsar.ConsumerType.Shared,
-        receiver_queue_size=5,
-        consumer_name="staying",
-    )
+    staying = shared("staying")
     leaving.close()
     redelivered = receive_all([staying], 5)[0]
     assert sorted(m.data() for m in redelivered) == sorted(m.data() for m in held)
