@@ -375,15 +375,18 @@ def test_stats_report_rates_backlog_unacked_blocked_and_hash_ranges() -> None:
             assert consumer["unackedMessages"] == 5
             assert sub["unackedMessages"] == 5
             assert sub["msgBacklog"] == 20
-            # Rates are per second over a window of at least a second.
-            stats = poll(
-                lambda: (s := running.topic_stats(topic)) and s["msgRateIn"] > 0 and s,
-                "a non-zero msgRateIn",
-                timeout=5,
-            )
+
+            # Rates are per second over a window of at least a second (and the stats may be
+            # snapshots published a moment apart), so wait for both to show.
+            def rates_shown() -> dict[str, Any] | None:
+                stats = running.topic_stats(topic)
+                if not stats or stats["msgRateIn"] <= 0:
+                    return None
+                return stats if stats["subscriptions"]["shared"]["msgRateOut"] > 0 else None
+
+            stats = poll(rates_shown, "non-zero msgRateIn and msgRateOut", timeout=5)
             assert stats["msgInCounter"] == 20
             assert 0 < stats["msgRateIn"] <= 20 / 0.9
-            assert stats["subscriptions"]["shared"]["msgRateOut"] > 0
 
             ranges = {
                 c["consumerName"]: c["keyHashRanges"]
