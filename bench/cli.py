@@ -15,6 +15,7 @@ from bench.sections.backpressure import run_backpressure
 from bench.sections.flow import run_flow
 from bench.sections.keyshared import run_keyshared
 from bench.sections.memory import raise_file_limit, run_memory
+from bench.sections.partitions import run_partitions
 from bench.sections.selector import run_selector
 from bench.sections.startup import run_startup
 from bench.sections.storage import run_storage
@@ -24,8 +25,8 @@ from brokerlet.testing.process import brokerlet_command
 __all__ = ["main"]
 
 # Client-process sections first; those that run a broker or actors in this process last.
-SECTIONS = ("throughput", "keyshared", "storage", "startup", "memory", "backpressure", "flow",
-            "selector")
+SECTIONS = ("throughput", "keyshared", "storage", "partitions", "startup", "memory",
+            "backpressure", "flow", "selector")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -55,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "throughput": lambda: run_throughput(plan, profile_path, args.producers),
         "keyshared": lambda: run_keyshared(plan, args.producers),
         "storage": lambda: run_storage(plan, args.producers),
+        "partitions": lambda: run_partitions(plan, args.producers, args.quick),
         "startup": lambda: run_startup(plan),
         "memory": lambda: run_memory(plan),
         "backpressure": lambda: run_backpressure(plan),
