@@ -65,7 +65,7 @@ from locust.exception import LocustError
 from brokerlet.delivery import Ledger, Verdict
 
 # The client's names; Message and PulsarError are re-exported for the hooks' signatures.
-from brokerlet.transport.client import (
+from brokerlet.client import (
     AlreadyClosed,
     Client,
     Consumer,

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import gevent.event
 
+from brokerlet.client import Client
+from brokerlet.client.connection import Connection
 from brokerlet.delivery import Ledger
-from brokerlet.transport._client_connection import Connection
-from brokerlet.transport.client import Client
 from loadtests.histograms import LatencyHistogram
 from loadtests.scenarios import Scenario
 

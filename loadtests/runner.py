@@ -40,8 +40,8 @@ from locust.stats import (
     stats_history,
 )
 
+from brokerlet.client import Client, ConsumerType, InitialPosition, PulsarError
 from brokerlet.locust import install_tracker
-from brokerlet.transport.client import Client, ConsumerType, InitialPosition, PulsarError
 from loadtests.brokers import BrokerProcess, make_broker
 from loadtests.context import RunContext, use_process_unique_consumer_ids
 from loadtests.controllers import (
@@ -119,7 +119,7 @@ def run(scenario: Scenario, options: RunOptions) -> int:
         return 2
     finally:
         if broker is not None:
-            broker.stop()
+            broker.close()
     _write_summary(options.output / "summary.json", summary)
     if not options.quiet:
         print(format_samples(summary["broker_stats_samples"]))

@@ -41,10 +41,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rawclient import RawClient, make_entry
-
 from brokerlet import Broker
 from brokerlet.actors.supervision import restarts
+from brokerlet.testing.rawclient import RawClient, make_entry
 from brokerlet.transport.protocol import (
     PROTOCOL_VERSION,
     build_entry,

@@ -26,9 +26,9 @@ from brokerlet.actors.consumer import ConnectionHandle
 from brokerlet.actors.eventloop import EventLoopActor, WritabilityChanged
 from brokerlet.actors.ratelimit import DispatchRateLimiter
 from brokerlet.config import load_settings
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import pb
 from tests.dispatch_harness import Block, FakeChannel, Harness, Noop
-from tests.rawclient import RawClient
 
 
 class RecordingLoop(EventLoopActor):
@@ -217,7 +217,9 @@ def test_retry_timers_never_start_a_second_pending_read(backoff: tuple[int, int]
             "max_unacked_messages_per_consumer": 0,
         },
     )
-    h = Harness(GeventActor, settings=settings)
+    # Manual timers: the retry timers fire where the random walk says, and the quiet state
+    # at the end can fire every one still pending instead of sleeping on them.
+    h = Harness(GeventActor, settings=settings, manual_timers=True)
     rng = random.Random(7)
     try:
         consumers = [h.consumer(f"c{i}", 3) for i in range(3)]
@@ -236,14 +238,22 @@ def test_retry_timers_never_start_a_second_pending_read(backoff: tuple[int, int]
                 count = rng.randint(1, 4)
                 h.append(count)
                 total += count
-            gevent.sleep(rng.choice([0, 0, 0.001]))
+            else:
+                h.fire_timers()
+            if rng.random() < 0.5:
+                h.dispatcher.ask(Noop())  # let the dispatcher take what is queued so far
         for consumer in consumers:
             channel_of(consumer.connection).writable = True
             consumer.unblock()
             consumer.flow(total)
+        for _ in range(100):  # fire every retry timer still pending into the quiet state
+            h.settle()
+            if h.fire_timers() == 0:
+                break
+        else:
+            raise AssertionError("retry timers kept rearming with nothing to read")
         h.settle()
-        gevent.sleep(0.02)  # let any retry timer still pending fire into the quiet state
-        h.settle()
+        assert len(h.timers) >= 5, "the walk hardly armed a retry timer: nothing was tested"
         assert h.topic.proxy().overlapping_reads.get() == 0
         delivered = sorted(e for c in consumers for e in h.sent_to(c))
         assert delivered == list(range(total)), "every entry exactly once"
@@ -273,6 +283,31 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("condition not met in time")
         time.sleep(0.005)  # polling the broker's stats from the test thread
+
+
+def settled_consumer_stats(
+    broker: Broker, topic: str, subscription: str, timeout: float = 10.0
+) -> dict[str, Any]:
+    """The consumer's stats once its subscription's dispatch has stopped moving.
+
+    Settled means two snapshots a poll apart show the same messages out and the same read
+    passes: the dispatcher has neither sent nor tried anything in between.
+    """
+    deadline = time.monotonic() + timeout
+    previous: tuple[int, int] | None = None
+    while True:
+        stats = broker.topic_stats(topic)
+        assert stats is not None
+        sub = stats["subscriptions"][subscription]
+        (consumer,) = sub["consumers"]
+        snapshot = (consumer["msgOutCounter"], sub["readPasses"])
+        if snapshot == previous:
+            result: dict[str, Any] = consumer
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"dispatch to {subscription} never settled: {snapshot}")
+        previous = snapshot
+        time.sleep(0.05)  # polling the broker's stats from the test thread
 
 
 def assert_http_stats_show_the_paused_consumer(broker: Broker) -> None:
@@ -322,9 +357,8 @@ def test_a_paused_consumer_socket_stops_dispatch_and_resuming_delivers_everythin
 
         wait_until(lambda: not consumer_stats(broker, topic, "s")["writable"])
         at_flip = consumer_stats(broker, topic, "s")
-        # The observation window: the broker gets every chance to keep feeding.
-        time.sleep(0.5)
-        held = consumer_stats(broker, topic, "s")
+        # The broker gets every chance to keep feeding: wait until dispatch to it settles.
+        held = settled_consumer_stats(broker, topic, "s")
         consumed = PERMITS - held["availablePermits"]
         assert not held["writable"]
         assert held["writabilityChanges"] >= 1

@@ -70,6 +70,7 @@ from brokerlet.transport.protocol import (
     encode_command,
     encode_send_receipt,
     metadata_problem,
+    parse_metadata,
     pb,
 )
 
@@ -532,7 +533,7 @@ class ConnectionActor(GeventActor):
                     send.sequence_id,
                     producer.name,
                 )
-            elif len(section.entry) > max_size:
+            elif len(section.entry) > max_size and not _is_chunk(section.entry):
                 # The frame limit leaves room for the command; the message itself may not.
                 refusal = (
                     pb.NotAllowedError,
@@ -765,6 +766,19 @@ class ConnectionActor(GeventActor):
         response.consumer_mark_delete_position.ledger_id = ledger_id
         response.consumer_mark_delete_position.entry_id = mark_delete if mark_delete >= 0 else NO_ID
         self._send(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, get_last_message_id_response=response))
+
+
+def _is_chunk(entry: bytes) -> bool:
+    """Whether ``entry`` is one chunk of a chunked message.
+
+    Clients cut chunks of max_message_size payload bytes, so a chunk's metadata takes it just
+    past the limit; Pulsar skips the message-size check for chunks
+    (AbstractTopic.isExceedMaximumMessageSize) and only the frame limit holds.
+    """
+    try:
+        return parse_metadata(entry).num_chunks_from_msg > 1
+    except ProtocolError:
+        return False
 
 
 def _metadata_refusal(entry: bytes) -> tuple[pb.ServerError.ValueType, str] | None:

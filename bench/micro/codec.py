@@ -1,6 +1,6 @@
 """Micro-benchmark of the Pulsar codec's hot paths.
 
-Prints rates, never asserts them. Run with ``python bench/codec_bench.py`` (or ``-m``);
+Prints rates, never asserts them. Run with ``python bench/micro/codec.py`` (or ``-m``);
 ``--quick`` shortens every measurement.
 """
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import gevent.event
 
-from brokerlet.transport._client_connection import ClientContext, Connection
-from brokerlet.transport._client_errors import (
+from brokerlet.client.connection import ClientContext, Connection
+from brokerlet.client.errors import (
     AlreadyClosed,
     ChecksumError,
     ConnectError,
@@ -32,8 +32,8 @@ from brokerlet.transport._client_errors import (
     Timeout,
     error_for_code,
 )
-from brokerlet.transport._client_handler import Handler, OneShotTimer, State
-from brokerlet.transport._client_types import MessageId, java_string_hash, partition_topic
+from brokerlet.client.handler import Handler, OneShotTimer, State
+from brokerlet.client.types import MessageId, java_string_hash, partition_topic
 from brokerlet.transport.protocol import (
     build_entry,
     encode_batch,
@@ -53,7 +53,7 @@ SendCallback = Callable[[PulsarError | None, MessageId | None], None]
 
 @dataclass(frozen=True, slots=True)
 class ProducerConfig:
-    """A producer's settings; see :meth:`brokerlet.transport.client.Client.create_producer`."""
+    """A producer's settings; see :meth:`brokerlet.client.Client.create_producer`."""
 
     producer_name: str | None = None
     batching_enabled: bool = False
@@ -480,7 +480,7 @@ class PartitionProducer(Handler):
 class Producer:
     """Publishes messages to a topic (one partition producer per partition).
 
-    Create it with :meth:`brokerlet.transport.client.Client.create_producer`.
+    Create it with :meth:`brokerlet.client.Client.create_producer`.
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """Produce-only runs: how fast a broker takes messages, and how long each waits for its receipt.
 
-Producer processes of the official client (see :mod:`bench.load_client`) send unbatched
+Producer processes of the official client (see :mod:`bench.clients.jobs`) send unbatched
 128-byte messages to a fresh topic with no subscription, so the broker's work per message is
 the receive, the append to its storage and the receipt. Every few sends is timed from
 ``send_async`` to its receipt's callback (a Python callback on every send would cost the
@@ -13,14 +13,21 @@ import dataclasses
 import math
 import multiprocessing
 import uuid
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import psutil
 
-from bench.load_client import ProducerJob, run_producer
-from bench.workers import SETUP_TIMEOUT, Worker, close_all, drive, percentile, rate, shares
+from bench.clients.jobs import ProducerJob, run_producer
+from bench.clients.workers import (
+    SETUP_TIMEOUT,
+    SendWindow,
+    Worker,
+    close_all,
+    drive,
+    latency_ms,
+    shares,
+)
 
 __all__ = ["LATENCY_EVERY", "MAX_PENDING", "ProduceResult", "run_produce_once"]
 
@@ -92,22 +99,15 @@ def run_produce_once(
         close_all(workers)
     if collected.setup_error is not None:
         return dataclasses.replace(blank, error=collected.setup_error)
-    reports = collected.producers
-    first_send_ns = min((r.first_send_ns for r in reports if r.first_send_ns), default=0)
-    last_completion_ns = max((r.last_completion_ns for r in reports), default=0)
-    complete = len(reports) == producers and all(r.last_completion_ns for r in reports)
-    latencies = array("q")
-    for report in reports:
-        latencies.frombytes(report.latencies_ns)
-    ordered = sorted(latencies)
-    sent = sum(r.sent for r in reports)
+    window = SendWindow.of(collected.producers, expected=producers)
+    p50, p99, timed = latency_ms(collected.producers)
     return dataclasses.replace(
         blank,
-        sent=sent,
-        produce_rate=rate(sent, first_send_ns, last_completion_ns) if complete else math.nan,
-        latency_p50_ms=percentile(ordered, 0.50) / 1e6,
-        latency_p99_ms=percentile(ordered, 0.99) / 1e6,
-        timed=len(ordered),
+        sent=window.sent,
+        produce_rate=window.produce_rate,
+        latency_p50_ms=p50,
+        latency_p99_ms=p99,
+        timed=timed,
         broker_cpu=collected.broker_cpu_s / collected.elapsed_s,
         machine_cpu=collected.machine_cpu_s / collected.elapsed_s,
         error="; ".join(collected.errors) or None,

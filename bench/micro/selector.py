@@ -4,7 +4,7 @@ Compares, side by side in one run, a selection from the published snapshot (bina
 search on a tuple of range ends) with the same lookup on the authoritative
 `SortedDict`, for 2, 10 and 50 consumers, and measures `select_batch` per entry.
 Prints figures next to their targets and never asserts them. Run with
-``python bench/selector_bench.py`` (or ``-m bench.selector_bench``); ``--quick``
+``python bench/micro/selector.py`` (or ``-m bench.micro.selector``); ``--quick``
 shortens every measurement.
 """
 

@@ -1,7 +1,7 @@
 """End-to-end Key_Shared throughput through the official ``pulsar-client``, in client processes.
 
 A run puts N consumers on one Key_Shared subscription of a fresh topic, spread over a few
-consumer processes (see :func:`bench.load_client.run_key_shared_consumers`), and producer
+consumer processes (see :func:`bench.clients.jobs.run_key_shared_consumers`), and producer
 processes that send 128-byte messages, each with a ``partition_key`` drawn at random from a
 fixed set of random keys. Each payload carries its producer's number, its key's number and
 that key's sequence, so the consumer processes check per-key order as messages arrive; the
@@ -17,31 +17,35 @@ from __future__ import annotations
 import dataclasses
 import math
 import multiprocessing
+import os
 import time
 import uuid
-from array import array
 from dataclasses import dataclass
 from typing import Any
 
 import psutil
 
-from bench.load_client import (
+from bench.clients.jobs import (
     KeySharedJob,
     ProducerJob,
     run_key_shared_consumers,
     run_producer,
 )
-from bench.workers import (
+from bench.clients.workers import (
     SETUP_TIMEOUT,
     Collected,
+    SendWindow,
     Worker,
     close_all,
     drive,
-    percentile,
+    latency_ms,
     rate,
     share_of_core,
     shares,
 )
+from bench.plan import Plan, SectionResult, run_timeout
+from bench.report import Row, Summary, format_rate, latency_row, rate_range, succeeded
+from brokerlet.testing.process import BrokerletProcess
 
 __all__ = ["KEY_SHARED_MODES", "KeySharedMode", "KeySharedResult", "run_key_shared_once"]
 
@@ -198,41 +202,34 @@ def _figures(blank: KeySharedResult, collected: Collected) -> KeySharedResult:
     producers = collected.producers
     reports = collected.consumers
     errors = list(collected.errors)
-    first_send_ns = min((r.first_send_ns for r in producers if r.first_send_ns), default=0)
-    last_completion_ns = max((r.last_completion_ns for r in producers), default=0)
+    window = SendWindow.of(producers)
     last_receive_ns = max((r.last_receive_ns for r in reports), default=0)
-    sent = sum(r.sent for r in producers)
     received = sum(r.received for r in reports)
     if received < blank.messages and not errors:
         errors.append(f"only {received} of {blank.messages} messages arrived in time")
-    latencies = array("q")
-    for report in reports:
-        latencies.frombytes(report.latencies_ns)
-    ordered = sorted(latencies)
+    p50, p99, _ = latency_ms(reports)
     owners: dict[int, set[int]] = {}
     for report in reports:
         for key, numbers in report.key_owners.items():
             owners.setdefault(key, set()).update(numbers)
     per_consumer = [count for report in reports for count in report.per_consumer]
     even_share = received / len(per_consumer) if per_consumer and received else math.nan
-    client_cpu_s = sum(r.cpu_s for r in producers) + sum(r.cpu_s for r in reports)
-    all_acknowledged = bool(producers) and all(r.last_completion_ns for r in producers)
+    client_cpu_s = window.cpu_s + sum(r.cpu_s for r in reports)
     elapsed = collected.elapsed_s
     return dataclasses.replace(
         blank,
-        sent=sent,
+        sent=window.sent,
         received=received,
-        produce_rate=rate(sent, first_send_ns, last_completion_ns) if all_acknowledged
-        else math.nan,
-        end_to_end_rate=rate(received, first_send_ns, last_receive_ns),
-        latency_p50_ms=percentile(ordered, 0.50) / 1e6,
-        latency_p99_ms=percentile(ordered, 0.99) / 1e6,
+        produce_rate=window.produce_rate,
+        end_to_end_rate=rate(received, window.first_send_ns, last_receive_ns),
+        latency_p50_ms=p50,
+        latency_p99_ms=p99,
         order_violations=sum(r.order_violations for r in reports),
         keys_at_several_consumers=sum(1 for numbers in owners.values() if len(numbers) > 1),
         busiest_consumer_share=max(per_consumer, default=0) / even_share,
         idle_consumers=sum(1 for count in per_consumer if count == 0),
         broker_cpu=collected.broker_cpu_s / elapsed,
-        client_cpu=share_of_core(client_cpu_s, first_send_ns, last_receive_ns),
+        client_cpu=share_of_core(client_cpu_s, window.first_send_ns, last_receive_ns),
         machine_cpu=collected.machine_cpu_s / elapsed,
         broker_cpu_per_message_us=collected.broker_cpu_s * 1e6 / max(1, received),
         error="; ".join(errors) or None,
@@ -241,3 +238,110 @@ def _figures(blank: KeySharedResult, collected: Collected) -> KeySharedResult:
 
 def _failed(blank: KeySharedResult, error: str) -> KeySharedResult:
     return dataclasses.replace(blank, error=error)
+
+
+# The section: ``--only keyshared``.
+
+KEY_SHARED_CONSUMERS = 20
+KEY_SHARED_CONSUMER_PROCESSES = 2
+KEY_SHARED_KEYS = 1_000
+
+def run_keyshared(plan: Plan, producers: int) -> SectionResult:
+    """Unbatched and key-based batching runs, each mode on a broker of its own."""
+    section = SectionResult()
+    messages = plan.keyshared_messages
+    layout = (f"{producers} producer process{'es' if producers != 1 else ''}, "
+              f"{KEY_SHARED_CONSUMERS} Key_Shared consumers in "
+              f"{KEY_SHARED_CONSUMER_PROCESSES} processes, {KEY_SHARED_KEYS:,} random keys")
+    section.data["layout"] = {"producers": producers, "consumers": KEY_SHARED_CONSUMERS,
+                              "consumer_processes": KEY_SHARED_CONSUMER_PROCESSES,
+                              "keys": KEY_SHARED_KEYS, "messages": messages}
+    for name, mode in KEY_SHARED_MODES.items():
+        runs: list[KeySharedResult] = []
+        with BrokerletProcess() as broker:
+            url = broker.start().service_url
+            process = psutil.Process(broker.pid)
+
+            def once(count: int, url: str = url, process: psutil.Process = process,
+                     mode: Any = mode) -> KeySharedResult:
+                return run_key_shared_once(
+                    url, mode, count, run_timeout(count), process, producers=producers,
+                    consumer_processes=KEY_SHARED_CONSUMER_PROCESSES,
+                    consumers=KEY_SHARED_CONSUMERS, keys=KEY_SHARED_KEYS)
+
+            print(f"keyshared, {name}: {layout}; warm-up of {plan.keyshared_warmup:,} "
+                  "messages", flush=True)
+            warm = once(plan.keyshared_warmup)
+            if warm.error is not None:
+                print(f"  warm-up failed: {warm.error}", flush=True)
+            for index in range(plan.repeats):
+                result = once(messages)
+                print(f"  run {index + 1}/{plan.repeats}, {messages:,} messages: "
+                      f"{_describe_keyshared(result)}", flush=True)
+                runs.append(result)
+        load = os.getloadavg()[0]
+        print(f"  load average (1 min) after the {name} runs: {load:.2f}", flush=True)
+        section.data[name] = _summarise_keyshared(runs) | {"load_average_after": load}
+        section.rows.extend(_keyshared_rows(name, runs))
+        section.failed |= any(run.error is not None for run in runs)
+    return section
+
+
+def _describe_keyshared(result: KeySharedResult) -> str:
+    text = (
+        f"produce {format_rate(result.produce_rate)}, "
+        f"end-to-end {format_rate(result.end_to_end_rate)}, "
+        f"latency p50 {result.latency_p50_ms:.1f} ms p99 {result.latency_p99_ms:.1f} ms, "
+        f"order violations {result.order_violations}, keys at several consumers "
+        f"{result.keys_at_several_consumers}, busiest consumer "
+        f"{result.busiest_consumer_share:.2f}x an even share, "
+        f"CPU broker {result.broker_cpu:.0%} clients {result.client_cpu:.0%} "
+        f"machine {result.machine_cpu:.0%}"
+    )
+    return text if result.error is None else f"{text}; FAILED: {result.error}"
+
+
+_KEYSHARED_FIGURES = ("produce_rate", "end_to_end_rate", "latency_p50_ms", "latency_p99_ms",
+                      "busiest_consumer_share", "broker_cpu", "client_cpu", "machine_cpu",
+                      "broker_cpu_per_message_us")
+
+
+def _summarise_keyshared(runs: list[KeySharedResult]) -> dict[str, Any]:
+    good = [run for run in runs if run.error is None]
+    summary: dict[str, Any] = {"runs": [dataclasses.asdict(run) for run in runs]}
+    for figure in _KEYSHARED_FIGURES:
+        summary[figure] = Summary.of([getattr(run, figure) for run in good]).as_dict()
+    summary["order_violations"] = sum(run.order_violations for run in runs)
+    summary["keys_at_several_consumers"] = sum(run.keys_at_several_consumers for run in runs)
+    return summary
+
+
+def _keyshared_rows(name: str, runs: list[KeySharedResult]) -> list[Row]:
+    good, failures, note = succeeded(runs)
+    end_to_end = Summary.of([run.end_to_end_rate for run in good])
+    produce = Summary.of([run.produce_rate for run in good])
+    broker_cpu = Summary.of([run.broker_cpu for run in good]).median
+    client_cpu = Summary.of([run.client_cpu for run in good]).median
+    machine_cpu = Summary.of([run.machine_cpu for run in good]).median
+    broker_us = Summary.of([run.broker_cpu_per_message_us for run in good]).median
+    busiest = Summary.of([run.busiest_consumer_share for run in good]).median
+    idle = max((run.idle_consumers for run in good), default=0)
+    violations = sum(run.order_violations for run in runs)
+    spread_keys = sum(run.keys_at_several_consumers for run in runs)
+    checked = sum(run.received for run in runs)
+    failed = "FAILED" if failures else ""
+    return [
+        Row(f"Key_Shared end-to-end, {name}", format_rate(end_to_end.median),
+            rate_range(end_to_end) + note, "", failed),
+        Row(f"  produce, {name}", format_rate(produce.median), rate_range(produce)),
+        latency_row(f"  latency p50 / p99, {name}", good),
+        Row(f"  CPU broker / clients / machine, {name}",
+            f"{broker_cpu:.0%} / {client_cpu:.0%} / {machine_cpu:.0%}",
+            f"broker {broker_us:.1f} µs per message"),
+        Row(f"  per-key order violations, {name}", f"{violations}",
+            f"over {checked:,} messages in {len(runs)} runs", "0",
+            failed or ("MET" if violations == 0 else "MISSED")),
+        Row(f"  keys at more than one consumer, {name}", f"{spread_keys}",
+            f"busiest consumer {busiest:.2f}x an even share; {idle} idle", "0",
+            failed or ("MET" if spread_keys == 0 else "MISSED")),
+    ]

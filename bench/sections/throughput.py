@@ -1,133 +1,241 @@
-"""The plans, and the first three measurements: throughput, start-up and memory.
+"""Produce and end-to-end throughput through the official ``pulsar-client``, in client processes.
 
-Each section runs end to end (brokers started, figures taken, rows made). The others live in
-:mod:`bench.dispatch_sections` and :mod:`bench.storage_section`.
+A run puts N producers and one Shared consumer on a fresh topic, each in a process of its own
+(see :mod:`bench.clients.jobs`), against a broker in yet another; this process only
+coordinates (see :mod:`bench.clients.workers`): it starts the workers, waits until every one
+is connected, releases them together with one event, and collects their reports through
+pipes. Each payload starts with its send time (``monotonic_ns``, one clock machine-wide on
+Linux), so the consumer measures end-to-end latency to the microsecond instead of trusting
+the millisecond publish timestamp.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing
 import os
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from bench import memory as memory_bench
-from bench import profiling, startup
-from bench.broker_process import BrokerProcess
-from bench.report import Row, Summary, format_bytes, format_rate, format_seconds, judge
-from bench.throughput import MODES, RunResult, run_once
+from bench import profiling
+from bench.clients.jobs import (
+    MESSAGE_SIZE,
+    ConsumerJob,
+    ConsumerReport,
+    ProducerJob,
+    ProducerReport,
+    run_consumer,
+    run_producer,
+)
+from bench.clients.workers import (
+    SETUP_TIMEOUT,
+    Collected,
+    SendWindow,
+    Worker,
+    close_all,
+    drive,
+    latency_ms,
+    rate,
+    share_of_core,
+    shares,
+)
+from bench.plan import Plan, SectionResult, run_timeout
+from bench.report import (
+    Row,
+    Summary,
+    format_rate,
+    judge,
+    latency_row,
+    rate_range,
+    succeeded,
+)
+from brokerlet.testing.process import BrokerletProcess
 
-__all__ = [
-    "FULL",
-    "QUICK",
-    "Plan",
-    "SectionResult",
-    "run_memory",
-    "run_startup",
-    "run_throughput",
-    "run_timeout",
-]
+__all__ = ["DEFAULT_PRODUCERS", "MESSAGE_SIZE", "MODES", "Mode", "RunResult", "run_once"]
 
-END_TO_END_TARGETS = {"batched": 50_000.0, "unbatched": 15_000.0}
-STARTUP_TARGET_S = 0.5
-PER_CONNECTION_TARGET = 100_000.0  # bytes, "< 100 KB"
-PROFILE_LIMIT = 25
-SATURATED = 0.9  # share of a core from which a process counts as the bottleneck
+DEFAULT_PRODUCERS = 2
 
 
 @dataclass(frozen=True)
-class Plan:
-    """How much of everything to run.
+class Mode:
+    """How the producers send.
 
     Attributes:
-        repeats: Timed throughput runs per mode.
-        messages: Messages per timed run, by mode.
-        warmup: Messages in the untimed warm-up run, by mode.
-        startup_repeats: Starts timed per kind of start.
-        connections: Idle connections for the memory figure.
-        compare_single_producer: Whether each timed throughput run is paired with one from
-            a single producer process.
-        keyshared_messages: Messages per timed Key_Shared run (``repeats`` runs per mode).
-        keyshared_warmup: Messages in the untimed Key_Shared warm-up run, per mode.
-        storage_rounds: Produce runs per storage back-end, the back-ends taking turns.
-        storage_messages: Messages per storage produce run.
-        storage_warmup: Messages in each back-end's untimed warm-up run.
-        stall_messages: Messages sent to each stall probe.
-        flow_samples: FLOW latency samples per path.
-        selector_quick: Whether the selector micro-benchmark runs its short version.
+        name: Short label, ``"batched"`` or ``"unbatched"``.
+        batching: Whether the producers batch (with the client's default batching limits).
+        max_pending: Each producer's ``max_pending_messages``, which bounds its sends in
+            flight (``send_async`` blocks at that many).
     """
 
-    repeats: int
-    messages: dict[str, int]
-    warmup: dict[str, int]
-    startup_repeats: int
-    connections: int
-    compare_single_producer: bool
-    keyshared_messages: int
-    keyshared_warmup: int
-    storage_rounds: int
-    storage_messages: int
-    storage_warmup: int
-    stall_messages: int
-    flow_samples: int
-    selector_quick: bool
+    name: str
+    batching: bool
+    max_pending: int
 
 
-FULL = Plan(
-    repeats=3,
-    messages={"batched": 400_000, "unbatched": 100_000},
-    warmup={"batched": 40_000, "unbatched": 10_000},
-    startup_repeats=5,
-    connections=1000,
-    compare_single_producer=True,
-    keyshared_messages=150_000,
-    keyshared_warmup=10_000,
-    storage_rounds=5,
-    storage_messages=100_000,
-    storage_warmup=10_000,
-    stall_messages=150_000,
-    flow_samples=40,
-    selector_quick=False,
-)
-QUICK = Plan(
-    repeats=3,
-    messages={"batched": 20_000, "unbatched": 5_000},
-    warmup={"batched": 5_000, "unbatched": 1_000},
-    startup_repeats=3,
-    connections=1000,
-    compare_single_producer=False,
-    keyshared_messages=10_000,
-    keyshared_warmup=2_000,
-    storage_rounds=2,
-    storage_messages=10_000,
-    storage_warmup=2_000,
-    stall_messages=30_000,
-    flow_samples=20,
-    selector_quick=True,
-)
+MODES = {
+    "batched": Mode("batched", batching=True, max_pending=5_000),
+    "unbatched": Mode("unbatched", batching=False, max_pending=1_000),
+}
 
 
-@dataclass
-class SectionResult:
-    """A section's figures for the JSON file and its rows for the table."""
+@dataclass(frozen=True)
+class RunResult:
+    """Figures of one run.
 
-    data: dict[str, Any] = field(default_factory=dict)
-    rows: list[Row] = field(default_factory=list)
-    failed: bool = False
+    Attributes:
+        mode: The mode's name.
+        producers: Producer processes (there is always one consumer process besides).
+        messages: Messages sent (and expected back), over all producers.
+        sent: Sends issued over all producers (each acknowledged unless ``error`` is set).
+        received: Messages the consumer received (and acknowledged).
+        produce_rate: Sends per second, first send to the moment every producer had all its
+            sends acknowledged.
+        end_to_end_rate: Received messages per second, first send to last receive.
+        latency_p50_ms: Median send-to-receive latency, milliseconds.
+        latency_p99_ms: 99th percentile send-to-receive latency, milliseconds.
+        broker_cpu: CPU the broker used over the run, in cores (1.0 = one core busy).
+        producer_cpu: CPU of the busiest producer process while it sent, in cores. The
+            client's C++ threads run outside the GIL, so this can pass 1.0 a little.
+        consumer_cpu: CPU of the consumer process from the first send to its last receive,
+            in cores.
+        client_cpu: CPU of every client process together, from the first send to the last
+            receive, in cores.
+        machine_cpu: CPU busy on the whole machine over the run, whoever used it, in cores;
+            with ``broker_cpu + client_cpu`` it shows how much other work competed.
+        broker_cpu_per_message_us: Broker CPU time per received message, microseconds.
+        producer_cpu_per_message_us: CPU time of all producer processes per sent message.
+        consumer_cpu_per_message_us: CPU time of the consumer process per received message.
+        error: Why the run did not complete, or None.
+
+    A run that failed before it started has only the counts and ``error``; the rest is NaN.
+    """
+
+    mode: str
+    producers: int
+    messages: int
+    sent: int = 0
+    received: int = 0
+    produce_rate: float = math.nan
+    end_to_end_rate: float = math.nan
+    latency_p50_ms: float = math.nan
+    latency_p99_ms: float = math.nan
+    broker_cpu: float = math.nan
+    producer_cpu: float = math.nan
+    consumer_cpu: float = math.nan
+    client_cpu: float = math.nan
+    machine_cpu: float = math.nan
+    broker_cpu_per_message_us: float = math.nan
+    producer_cpu_per_message_us: float = math.nan
+    consumer_cpu_per_message_us: float = math.nan
+    error: str | None = None
 
 
-def run_timeout(messages: int) -> float:
-    """Seconds a run of ``messages`` may take before it counts as failed."""
-    # Generous: a run only fails this when the broker makes less than 2,000 msg/s.
-    return max(30.0, messages / 2_000)
+def run_once(
+    service_url: str,
+    mode: Mode,
+    messages: int,
+    timeout: float,
+    broker: psutil.Process | None = None,
+    producers: int = DEFAULT_PRODUCERS,
+    topic: str | None = None,
+) -> RunResult:
+    """Send ``messages`` through a fresh topic from ``producers`` processes and time them.
+
+    Args:
+        service_url: The broker's ``pulsar://`` URL.
+        mode: How the producers send.
+        messages: How many messages to send, split evenly over the producers.
+        timeout: Seconds from the start for every message to be sent and received.
+        broker: The broker's process, to report the CPU it used; None to skip that.
+        producers: How many producer processes to run.
+        topic: The topic to use (a partitioned one, say); None makes a fresh one.
+
+    Returns:
+        The run's figures; ``error`` is set if not every message made it in time.
+    """
+    if topic is None:
+        topic = f"persistent://public/default/bench-{mode.name}-{uuid.uuid4().hex[:12]}"
+    context = multiprocessing.get_context("spawn")
+    start = context.Event()
+    stop = context.Event()
+    workers: list[Worker] = []
+    try:
+        consumer_job = ConsumerJob(service_url, topic, "bench", messages, SETUP_TIMEOUT)
+        workers.append(Worker(context, "consumer", run_consumer, (consumer_job, start, stop)))
+        for index, share in enumerate(shares(messages, producers)):
+            job = ProducerJob(service_url, topic, share, mode.batching, mode.max_pending,
+                              SETUP_TIMEOUT)
+            workers.append(Worker(context, f"producer {index + 1}", run_producer, (job, start)))
+        collected = drive(workers[1:], workers[:1], start, stop, timeout, broker)
+        return _result(mode, messages, producers, collected)
+    finally:
+        stop.set()
+        close_all(workers)
 
 
-# Throughput.
+def _result(mode: Mode, messages: int, producers: int, collected: Collected) -> RunResult:
+    """The run's figures, or only its error when the consumer's report is missing."""
+    if collected.setup_error is not None:
+        return RunResult(mode.name, producers, messages, error=collected.setup_error)
+    if not collected.consumers:
+        return RunResult(mode.name, producers, messages, error="; ".join(collected.errors))
+    return _figures(mode, messages, collected.producers, collected.consumers[0],
+                    collected.broker_cpu_s, collected.machine_cpu_s, collected.elapsed_s,
+                    "; ".join(collected.errors) or None)
 
+
+def _figures(
+    mode: Mode,
+    messages: int,
+    producers: list[ProducerReport],
+    consumer: ConsumerReport,
+    broker_cpu_s: float,
+    machine_cpu_s: float,
+    elapsed_s: float,
+    error: str | None,
+) -> RunResult:
+    """The run's figures from the workers' reports."""
+    window = SendWindow.of(producers)
+    p50, p99, _ = latency_ms([consumer])
+    per_received = max(1, consumer.received)
+    return RunResult(
+        mode=mode.name,
+        producers=len(producers),
+        messages=messages,
+        sent=window.sent,
+        received=consumer.received,
+        produce_rate=window.produce_rate,
+        end_to_end_rate=rate(consumer.received, window.first_send_ns, consumer.last_receive_ns),
+        latency_p50_ms=p50,
+        latency_p99_ms=p99,
+        broker_cpu=broker_cpu_s / elapsed_s,
+        producer_cpu=max((_busy(report) for report in producers), default=math.nan),
+        consumer_cpu=share_of_core(consumer.cpu_s, window.first_send_ns,
+                                   consumer.last_receive_ns),
+        client_cpu=share_of_core(window.cpu_s + consumer.cpu_s, window.first_send_ns,
+                                  consumer.last_receive_ns),
+        machine_cpu=machine_cpu_s / elapsed_s,
+        broker_cpu_per_message_us=broker_cpu_s * 1e6 / per_received,
+        producer_cpu_per_message_us=window.cpu_s * 1e6 / max(1, window.sent),
+        consumer_cpu_per_message_us=consumer.cpu_s * 1e6 / per_received,
+        error=error,
+    )
+
+
+def _busy(report: ProducerReport) -> float:
+    return share_of_core(report.cpu_s, report.first_send_ns, report.last_completion_ns)
+
+
+# The section: ``--only throughput``.
+
+END_TO_END_TARGETS = {"batched": 50_000.0, "unbatched": 15_000.0}
+PROFILE_LIMIT = 25
+SATURATED = 0.9  # share of a core from which a process counts as the bottleneck
 
 def run_throughput(plan: Plan, profile_path: Path | None, producers: int) -> SectionResult:
     """Batched and unbatched runs, each mode on a broker of its own; optionally a profiled one.
@@ -143,7 +251,7 @@ def run_throughput(plan: Plan, profile_path: Path | None, producers: int) -> Sec
         timeout = run_timeout(messages)
         runs: list[RunResult] = []
         single_runs: list[RunResult] = []
-        with BrokerProcess() as broker:
+        with BrokerletProcess() as broker:
             url = broker.start().service_url
             process = psutil.Process(broker.pid)
             print(f"throughput, {name}: {_producer_processes(producers)} + 1 consumer "
@@ -219,14 +327,10 @@ def _median(runs: list[RunResult], figure: str) -> float:
 
 
 def _mode_rows(name: str, runs: list[RunResult]) -> list[Row]:
-    good = [run for run in runs if run.error is None]
-    failures = len(runs) - len(good)
-    note = f" ({failures} of {len(runs)} runs failed)" if failures else ""
+    good, failures, note = succeeded(runs)
     producers = runs[0].producers if runs else 0
     end_to_end = Summary.of([run.end_to_end_rate for run in good])
     produce = Summary.of([run.produce_rate for run in good])
-    p50 = Summary.of([run.latency_p50_ms for run in good])
-    p99 = Summary.of([run.latency_p99_ms for run in good])
     broker_cpu = _median(good, "broker_cpu")
     producer_cpu = _median(good, "producer_cpu")
     consumer_cpu = _median(good, "consumer_cpu")
@@ -240,11 +344,10 @@ def _mode_rows(name: str, runs: list[RunResult]) -> list[Row]:
     bottleneck = _bottleneck(broker_cpu, producer_cpu, consumer_cpu, machine_cpu)
     return [
         Row(f"end-to-end, {name}", format_rate(end_to_end.median),
-            _rate_range(end_to_end) + note, f">= {target:,.0f} msg/s", status),
+            rate_range(end_to_end) + note, f">= {target:,.0f} msg/s", status),
         Row(f"  produce, {name}, {_producer_processes(producers)}",
-            format_rate(produce.median), _rate_range(produce)),
-        Row(f"  latency p50 / p99, {name}", f"{p50.median:.1f} / {p99.median:.1f} ms",
-            f"p99 {p99.low:.1f}-{p99.high:.1f} ms"),
+            format_rate(produce.median), rate_range(produce)),
+        latency_row(f"  latency p50 / p99, {name}", good),
         Row(f"  CPU broker / busiest producer / consumer, {name}",
             f"{broker_cpu:.0%} / {producer_cpu:.0%} / {consumer_cpu:.0%}",
             f"all clients {client_cpu:.0%}, machine {machine_cpu:.0%} of {_cores():.0%} "
@@ -259,16 +362,14 @@ def _mode_rows(name: str, runs: list[RunResult]) -> list[Row]:
 
 def _single_producer_row(name: str, runs: list[RunResult], single: list[RunResult]) -> Row:
     """The side row: end to end with one producer process, next to the main figure."""
-    good = [run for run in single if run.error is None]
-    failures = len(single) - len(good)
+    good, failures, note = succeeded(single)
     end_to_end = Summary.of([run.end_to_end_rate for run in good])
     several = _median([run for run in runs if run.error is None], "end_to_end_rate")
     ratio = several / end_to_end.median if end_to_end.median > 0 else math.nan
-    note = f" ({failures} of {len(single)} runs failed)" if failures else ""
     producers = runs[0].producers if runs else 0
     return Row(f"  end-to-end, {name}, {_producer_processes(1)}",
                format_rate(end_to_end.median),
-               f"{_rate_range(end_to_end)}; {producers} producers do {ratio:.2f}x this{note}",
+               f"{rate_range(end_to_end)}; {producers} producers do {ratio:.2f}x this{note}",
                "comparison", "FAILED" if failures else "")
 
 
@@ -308,19 +409,13 @@ def _per_core(microseconds: float) -> str:
     return format_rate(1e6 / microseconds)
 
 
-def _rate_range(summary: Summary) -> str:
-    if math.isnan(summary.median):
-        return ""
-    return f"{summary.low:,.0f}-{summary.high:,.0f}"
-
-
 def _profile_unbatched(plan: Plan, profile_path: Path, producers: int) -> dict[str, Any]:
     """One more unbatched run, against a broker under cProfile; print its top functions."""
     messages = plan.messages["unbatched"]
     profile_path.parent.mkdir(parents=True, exist_ok=True)
     profile_path.unlink(missing_ok=True)
     print(f"profile: unbatched, {messages:,} messages, broker under cProfile", flush=True)
-    with BrokerProcess(profile_path=profile_path) as broker:
+    with BrokerletProcess(profile_path=profile_path) as broker:
         url = broker.start().service_url
         result = run_once(url, MODES["unbatched"], messages, run_timeout(messages),
                           psutil.Process(broker.pid), producers)
@@ -346,63 +441,3 @@ def _profile_unbatched(plan: Plan, profile_path: Path, producers: int) -> dict[s
         "by_cumulative": by_cumulative,
         "by_total": by_total,
     }
-
-
-# Start-up.
-
-
-def run_startup(plan: Plan) -> SectionResult:
-    """Time ``brokerlet serve`` to its first accepted connection, and the in-process start."""
-    section = SectionResult()
-    print(f"start-up: {plan.startup_repeats} subprocess and {plan.startup_repeats} in-process "
-          "starts", flush=True)
-    spawned = [startup.time_subprocess() for _ in range(plan.startup_repeats)]
-    embedded = [startup.time_in_process() for _ in range(plan.startup_repeats)]
-    connect = Summary.of([run.connect_s for run in spawned])
-    ready = Summary.of([run.ready_line_s for run in spawned])
-    in_process = Summary.of([run.start_s for run in embedded])
-    reported = Summary.of([run.reported_s for run in embedded])
-    section.data = {
-        "subprocess_connect_s": connect.as_dict(),
-        "subprocess_ready_line_s": ready.as_dict(),
-        "in_process_start_s": in_process.as_dict(),
-        "in_process_reported_s": reported.as_dict(),
-        "runs": {
-            "subprocess": [dataclasses.asdict(run) for run in spawned],
-            "in_process": [dataclasses.asdict(run) for run in embedded],
-        },
-    }
-    target = f"<= {STARTUP_TARGET_S} s"
-    section.rows = [
-        Row("start-up, spawn to TCP accept", format_seconds(connect.median),
-            _seconds_range(connect), target, judge(connect.median, at_most=STARTUP_TARGET_S)),
-        Row("  spawn to ready line", format_seconds(ready.median), _seconds_range(ready)),
-        Row("start-up, in-process start()", format_seconds(in_process.median),
-            _seconds_range(in_process), target,
-            judge(in_process.median, at_most=STARTUP_TARGET_S)),
-    ]
-    return section
-
-
-def _seconds_range(summary: Summary) -> str:
-    return f"{format_seconds(summary.low)}-{format_seconds(summary.high)}"
-
-
-# Memory.
-
-
-def run_memory(plan: Plan) -> SectionResult:
-    """The broker's RSS idle and with ``plan.connections`` handshaken idle connections."""
-    print(f"memory: RSS idle and with {plan.connections:,} idle connections", flush=True)
-    result = memory_bench.measure_memory(plan.connections)
-    section = SectionResult(data=dataclasses.asdict(result))
-    section.rows = [
-        Row("RSS, idle", format_bytes(result.idle_rss)),
-        Row(f"RSS, {result.connections:,} idle connections", format_bytes(result.loaded_rss)),
-        Row("per idle connection", format_bytes(result.per_connection),
-            f"{result.per_connection:,.0f} B", f"< {PER_CONNECTION_TARGET / 1000:.0f} KB",
-            judge(result.per_connection, below=PER_CONNECTION_TARGET)),
-        Row("  marginal, after the first few", format_bytes(result.marginal_per_connection),
-            f"{result.marginal_per_connection:,.0f} B"),
-    ]
-    return section

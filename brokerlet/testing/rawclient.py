@@ -210,14 +210,8 @@ class RawClient:
 
     def close_producer(self, producer_id: int) -> None:
         """Close a producer and wait for the broker's SUCCESS."""
-        self.send_command(
-            T(
-                type=T.CLOSE_PRODUCER,
-                close_producer=pb.CommandCloseProducer(
-                    producer_id=producer_id, request_id=self._request_id()
-                ),
-            )
-        )
+        close = pb.CommandCloseProducer(producer_id=producer_id, request_id=self._request_id())
+        self.send_command(T(type=T.CLOSE_PRODUCER, close_producer=close))
         self.expect(T.SUCCESS)
 
     def send_frame(self, producer_id: int, sequence_id: int, payload: bytes) -> bytes:
@@ -249,21 +243,26 @@ class RawClient:
         *,
         initial_position: int = pb.CommandSubscribe.Earliest,
         sub_type: int = pb.CommandSubscribe.Exclusive,
+        consumer_name: str = "",
+        priority_level: int = 0,
     ) -> None:
-        """Subscribe and wait for the broker's SUCCESS."""
-        self.send_command(
-            T(
-                type=T.SUBSCRIBE,
-                subscribe=pb.CommandSubscribe(
-                    topic=topic,
-                    subscription=subscription,
-                    sub_type=sub_type,  # type: ignore[arg-type]
-                    consumer_id=consumer_id,
-                    request_id=self._request_id(),
-                    initial_position=initial_position,  # type: ignore[arg-type]
-                ),
-            )
+        """Subscribe and wait for the broker's SUCCESS.
+
+        ``consumer_name`` and ``priority_level`` go on the wire only when given.
+        """
+        subscribe = pb.CommandSubscribe(
+            topic=topic,
+            subscription=subscription,
+            sub_type=sub_type,  # type: ignore[arg-type]
+            consumer_id=consumer_id,
+            request_id=self._request_id(),
+            initial_position=initial_position,  # type: ignore[arg-type]
         )
+        if consumer_name:
+            subscribe.consumer_name = consumer_name
+        if priority_level:
+            subscribe.priority_level = priority_level
+        self.send_command(T(type=T.SUBSCRIBE, subscribe=subscribe))
         self.expect(T.SUCCESS)
 
     def flow(self, consumer_id: int, permits: int) -> None:
@@ -276,14 +275,8 @@ class RawClient:
 
     def close_consumer(self, consumer_id: int) -> None:
         """Close a consumer and wait for the broker's SUCCESS."""
-        self.send_command(
-            T(
-                type=T.CLOSE_CONSUMER,
-                close_consumer=pb.CommandCloseConsumer(
-                    consumer_id=consumer_id, request_id=self._request_id()
-                ),
-            )
-        )
+        close = pb.CommandCloseConsumer(consumer_id=consumer_id, request_id=self._request_id())
+        self.send_command(T(type=T.CLOSE_CONSUMER, close_consumer=close))
         self.expect(T.SUCCESS)
 
     def receive(

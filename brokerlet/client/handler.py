@@ -16,8 +16,8 @@ from collections.abc import Callable
 import gevent
 import gevent.event
 
-from brokerlet.transport._client_connection import ClientContext, Connection
-from brokerlet.transport._client_errors import (
+from brokerlet.client.connection import ClientContext, Connection
+from brokerlet.client.errors import (
     AuthenticationError,
     AuthorizationError,
     IncompatibleSchema,

@@ -1,8 +1,8 @@
 """Pulsar's paused-consumer diagnostic, with writability gating on and off.
 
 One producer and one Shared consumer on a persistent topic, both raw-socket clients
-(``tests/rawclient.py``) against a broker in this process on a thread of its own, whose
-sockets have a 16 KiB SO_SNDBUF; the consumer's socket has a 16 KiB SO_RCVBUF. The consumer
+(:mod:`brokerlet.testing.rawclient`) against a broker in this process on a thread of its own,
+whose sockets have a 16 KiB SO_SNDBUF; the consumer's socket has a 16 KiB SO_RCVBUF. The consumer
 grants 8,192 permits and then reads nothing while the producer stores 2,048 unbatched 8 KiB
 messages. Once the broker's channel to the consumer turns unwritable, the pause is held one
 second and the consumer's stats are sampled: permits consumed (8,192 minus the permits left)
@@ -16,16 +16,19 @@ dispatch time, so it is set before the broker starts and restored afterwards.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bench.plan import Plan, SectionResult
+from bench.report import Row, format_bytes
 from brokerlet import Broker
 from brokerlet.actors import dispatcher as dispatcher_module
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import pb
-from tests.rawclient import RawClient
 
 __all__ = ["MESSAGES", "PERMITS", "SIZE", "BackpressureResult", "run_diagnostic"]
 
@@ -150,3 +153,50 @@ def _wait_until(condition: Callable[[], bool]) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("the consumer's channel never became unwritable")
         time.sleep(_POLL_S)  # polling the broker's stats from this thread
+
+
+# The section: ``--only backpressure``.
+
+def run_backpressure(plan: Plan) -> SectionResult:
+    """Pulsar's paused-consumer diagnostic, gated and ungated, on brokers in this process."""
+    section = SectionResult()
+    print(f"backpressure: {MESSAGES:,} unbatched 8 KiB messages, 8,192 permits, consumer "
+          "socket paused, 16 KiB SO_SNDBUF / SO_RCVBUF; hold 1 s after the flip to "
+          "unwritable", flush=True)
+    results = {"gated": run_diagnostic(gated=True), "ungated": run_diagnostic(gated=False)}
+    for label, result in results.items():
+        print(f"  {label}: {_describe_backpressure(result)}", flush=True)
+        section.data[label] = dataclasses.asdict(result) | {"bounded": result.bounded}
+        section.rows.extend(_backpressure_rows(label, result))
+        section.failed |= result.error is not None
+    return section
+
+
+def _describe_backpressure(result: BackpressureResult) -> str:
+    if result.error is not None:
+        return f"FAILED: {result.error}"
+    return (f"{result.consumed_at_flip} dispatched at the flip; after the hold "
+            f"{result.permits_consumed} permits consumed, "
+            f"{result.pending_outbound_bytes:,} bytes pending "
+            f"({'writable' if result.writable_after_hold else 'still unwritable'}); "
+            f"resumed: {result.delivered} delivered, "
+            f"{'in order' if result.in_order else 'NOT in order'}")
+
+
+def _backpressure_rows(label: str, result: BackpressureResult) -> list[Row]:
+    if result.error is not None:
+        return [Row(f"backpressure, {label}", "n/a", result.error[:60], "", "FAILED")]
+    if label == "gated":
+        target = (f"<= {result.bound_consumed} / "
+                  f"<= {format_bytes(result.bound_pending_bytes)}")
+        status = "MET" if result.bounded else "MISSED"
+    else:
+        target, status = "comparison", ""
+    return [
+        Row(f"backpressure, {label}: permits consumed / pending out",
+            f"{result.permits_consumed} / {format_bytes(result.pending_outbound_bytes)}",
+            f"{result.consumed_at_flip} dispatched at the flip", target, status),
+        Row(f"  resumed, {label}: delivered in order", f"{result.delivered:,}",
+            "in order" if result.in_order else "NOT in order", f"all {MESSAGES:,} in order",
+            "MET" if result.in_order and result.delivered == MESSAGES else "MISSED"),
+    ]

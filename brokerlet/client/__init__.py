@@ -5,7 +5,7 @@ it cannot drive load from inside Locust. This client speaks the same binary prot
 Python on gevent sockets, needs no monkey patching, and works against brokerlet and against
 an Apache Pulsar cluster alike. Its API follows the official Python client's names::
 
-    from brokerlet.transport.client import Client, ConsumerType
+    from brokerlet.client import Client, ConsumerType
 
     client = Client("pulsar://127.0.0.1:6650")
     producer = client.create_producer("my-topic")
@@ -41,9 +41,9 @@ import logging
 import uuid
 from types import TracebackType
 
-from brokerlet.transport._client_connection import Connection, ConnectionOptions
-from brokerlet.transport._client_consumer import Consumer, ConsumerConfig, Message
-from brokerlet.transport._client_errors import (
+from brokerlet.client.connection import Connection, ConnectionOptions
+from brokerlet.client.consumer import Consumer, ConsumerConfig, Message
+from brokerlet.client.errors import (
     AlreadyClosed,
     AuthenticationError,
     AuthorizationError,
@@ -77,8 +77,8 @@ from brokerlet.transport._client_errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from brokerlet.transport._client_producer import Producer, ProducerConfig, SendCallback
-from brokerlet.transport._client_types import (
+from brokerlet.client.producer import Producer, ProducerConfig, SendCallback
+from brokerlet.client.types import (
     ConsumerType,
     InitialPosition,
     MessageId,

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from brokerlet.transport._client_errors import InvalidConfiguration, InvalidTopicName
+from brokerlet.client.errors import InvalidConfiguration, InvalidTopicName
 
 __all__ = [
     "ConsumerType",

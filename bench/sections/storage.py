@@ -15,23 +15,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from contextlib import ExitStack
-from types import TracebackType
-from typing import IO, Any
+from pathlib import Path
+from typing import Any, Self
 
 import psutil
 
-from bench.broker_process import REPO_ROOT, BrokerProcess
-from bench.produce import LATENCY_EVERY, ProduceResult, run_produce_once
-from bench.report import Row, Summary, format_rate, judge
-from bench.sections import Plan, SectionResult, run_timeout
+from bench.clients.produce import LATENCY_EVERY, ProduceResult, run_produce_once
+from bench.clients.workers import STOP_GRACE
+from bench.plan import Plan, SectionResult, run_timeout
+from bench.report import Row, Summary, format_rate, judge, latency_row, succeeded
 from bench.stall_probe import READY_PREFIX
-from bench.workers import STOP_GRACE
+from brokerlet.testing.process import BrokerletProcess, ChildBroker
 
 __all__ = ["BACKENDS", "EVERY_BATCH_TARGET", "STALL_TARGET_MS", "StallProbeProcess",
            "measure_storage", "run_storage", "storage_flags"]
@@ -40,6 +38,7 @@ BACKENDS = ("memory", "every_batch", "interval", "never")
 EVERY_BATCH_TARGET = 0.70  # of the memory back-end's produce rate
 STALL_TARGET_MS = 5.0
 _PROBE_READY_TIMEOUT = 30.0
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def storage_flags(backend: str) -> list[str]:
@@ -75,7 +74,7 @@ def measure_storage(
     with ExitStack() as stack:
         brokers: dict[str, tuple[str, psutil.Process]] = {}
         for backend in BACKENDS:
-            broker = stack.enter_context(BrokerProcess(flags=storage_flags(backend)))
+            broker = stack.enter_context(BrokerletProcess(flags=storage_flags(backend)))
             brokers[backend] = (broker.start().service_url, psutil.Process(broker.pid))
         for backend, (url, process) in brokers.items():
             warm = run_produce_once(url, warmup, run_timeout(warmup), process, producers)
@@ -143,12 +142,8 @@ def _produce_rows(runs: dict[str, list[ProduceResult]]) -> list[Row]:
     rows: list[Row] = []
     for backend in BACKENDS:
         results = runs[backend]
-        good = [run for run in results if run.error is None]
-        failures = len(results) - len(good)
-        note = f" ({failures} of {len(results)} runs failed)" if failures else ""
+        good, failures, note = succeeded(results)
         produce = Summary.of([run.produce_rate for run in good])
-        p50 = Summary.of([run.latency_p50_ms for run in good])
-        p99 = Summary.of([run.latency_p99_ms for run in good])
         label = backend_label(backend)
         spread = f"{produce.low:,.0f}-{produce.high:,.0f}" if good else ""
         if backend == "memory":
@@ -163,9 +158,7 @@ def _produce_rows(runs: dict[str, list[ProduceResult]]) -> list[Row]:
                 status = status or judge(ratio.median, at_least=EVERY_BATCH_TARGET)
             rows.append(Row(f"produce, storage {label}", format_rate(produce.median),
                             spread + note, target, status))
-        rows.append(Row(f"  send-to-receipt p50 / p99, {label}",
-                        f"{p50.median:.1f} / {p99.median:.1f} ms",
-                        f"p99 {p99.low:.1f}-{p99.high:.1f} ms" if good else ""))
+        rows.append(latency_row(f"  send-to-receipt p50 / p99, {label}", good))
     return rows
 
 
@@ -226,67 +219,53 @@ def _load(load: tuple[float, float, float]) -> str:
     return " / ".join(f"{value:.2f}" for value in load) + " (1 / 5 / 15 min)"
 
 
-class StallProbeProcess:
+class StallProbeProcess(ChildBroker):
     """``python -m bench.stall_probe`` for one back-end, driven through its stdin and stdout.
 
-    Used as a context manager: it starts on entering and stops (and deletes its data
-    directory) on leaving.
+    Used as a context manager: it starts on entering and stops (and deletes its directory)
+    on leaving.
     """
 
+    name = "stall-probe"
+
     def __init__(self, backend: str) -> None:
+        super().__init__()
         self.backend = backend
-        self.data_dir = tempfile.mkdtemp(prefix="brokerlet-bench-stall-")
-        command = [sys.executable, "-m", "bench.stall_probe", "--data-dir", self.data_dir]
-        command += (["--storage", "memory"] if backend == "memory"
-                    else ["--storage", "disk", "--sync-policy", backend])
-        self.command = command
-        self.service_url = ""
-        self._process: subprocess.Popen[str] | None = None
-        self._stderr: IO[str] | None = None
+        self.command = [sys.executable, "-m", "bench.stall_probe",
+                        "--data-dir", str(self.directory / "data"), *storage_flags(backend)]
 
-    @property
-    def pid(self) -> int:
-        return self._running().pid
-
-    def __enter__(self) -> StallProbeProcess:
-        # Closed in __exit__: it must outlive this call so errors can quote it.
-        self._stderr = tempfile.TemporaryFile("w+", prefix="brokerlet-bench-stall-")
-        self._process = subprocess.Popen(
-            self.command, cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._stderr, text=True,
-        )
-        try:
-            line = self._read_line(_PROBE_READY_TIMEOUT)
-            if not line.startswith(READY_PREFIX):
-                raise RuntimeError(f"stall probe did not start: {line!r}\n"
-                                   f"{self._stderr_tail()}")
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
+    def start(self, timeout: float = _PROBE_READY_TIMEOUT) -> Self:
+        # From the repository root, where ``bench`` is importable.
+        self._spawn(self.command, cwd=_REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        line = self._read_line(timeout)
+        if not line.startswith(READY_PREFIX):
+            self.stop()
+            raise RuntimeError(f"stall probe did not start: {line!r}\n{self.log_tail()}")
         self.service_url = line[len(READY_PREFIX):].strip()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def stop(self, timeout: float = STOP_GRACE) -> int | None:
+        """End of input: the probe stops its broker and exits (killed after ``timeout``)."""
         process = self._process
-        if process is not None:
-            assert process.stdin is not None
+        if process is None:
+            return None
+        if process.stdin is not None:
             with contextlib.suppress(OSError):
-                process.stdin.close()  # end of input: the probe stops its broker and exits
-            try:
-                process.wait(STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            if process.stdout is not None:
-                process.stdout.close()
-        if self._stderr is not None:
-            self._stderr.close()
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+                process.stdin.close()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        if process.stdout is not None:
+            process.stdout.close()
+        return process.returncode
 
     def reset(self) -> None:
         """Start the probe's window now."""
@@ -313,16 +292,5 @@ class StallProbeProcess:
         reader.start()
         reader.join(timeout)
         if not lines or not lines[0]:
-            raise RuntimeError(f"no answer from the stall probe:\n{self._stderr_tail()}")
+            raise RuntimeError(f"no answer from the stall probe:\n{self.log_tail()}")
         return lines[0]
-
-    def _running(self) -> subprocess.Popen[str]:
-        if self._process is None:
-            raise RuntimeError("stall probe not started")
-        return self._process
-
-    def _stderr_tail(self) -> str:
-        if self._stderr is None:
-            return ""
-        self._stderr.seek(0)
-        return "".join(self._stderr.readlines()[-20:])

@@ -25,7 +25,7 @@ import gevent.event
 import gevent.socket
 
 from brokerlet import __version__
-from brokerlet.transport._client_errors import (
+from brokerlet.client.errors import (
     ConnectError,
     PulsarError,
     Timeout,

@@ -31,15 +31,15 @@ from dataclasses import dataclass
 
 import gevent.event
 
-from brokerlet.transport._client_connection import ClientContext, Connection
-from brokerlet.transport._client_errors import (
+from brokerlet.client.connection import ClientContext, Connection
+from brokerlet.client.errors import (
     AlreadyClosed,
     CumulativeAcknowledgementNotAllowedError,
     PulsarError,
     Timeout,
 )
-from brokerlet.transport._client_handler import Handler, OneShotTimer, State
-from brokerlet.transport._client_types import (
+from brokerlet.client.handler import Handler, OneShotTimer, State
+from brokerlet.client.types import (
     ConsumerType,
     InitialPosition,
     MessageId,
@@ -69,7 +69,7 @@ _ACK_BATCH_SHARED = (ConsumerType.Shared, ConsumerType.KeyShared)
 
 @dataclass(frozen=True, slots=True)
 class ConsumerConfig:
-    """A consumer's settings; see :meth:`brokerlet.transport.client.Client.subscribe`."""
+    """A consumer's settings; see :meth:`brokerlet.client.Client.subscribe`."""
 
     subscription_name: str
     consumer_name: str
@@ -548,7 +548,7 @@ class PartitionConsumer(Handler):
 class Consumer:
     """Receives messages of one subscription (one partition consumer per partition).
 
-    Create it with :meth:`brokerlet.transport.client.Client.subscribe`.
+    Create it with :meth:`brokerlet.client.Client.subscribe`.
     """
 
     def __init__(

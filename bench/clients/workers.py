@@ -1,7 +1,7 @@
 """Client processes for the end-to-end sections: spawn them, release them together, collect.
 
 Every end-to-end run (throughput, Key_Shared, storage) has the same shape: producer and
-consumer processes of the official client (see :mod:`bench.load_client`) each connect and say
+consumer processes of the official client (see :mod:`bench.clients.jobs`) each connect and say
 they are ready; this process then sets one start event, and each worker sends back one report
 through its pipe. :func:`drive` does that part and measures the broker's and the machine's CPU
 over it; the sections turn the reports into their figures.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -19,7 +20,8 @@ from multiprocessing.synchronize import Event
 
 import psutil
 
-from bench.load_client import READY, ConsumerReport, ProducerReport
+from bench.clients.jobs import READY, ConsumerReport, ProducerReport
+from brokerlet.testing import percentile
 
 __all__ = [
     "SETUP_TIMEOUT",
@@ -31,7 +33,6 @@ __all__ = [
     "cpu_seconds",
     "drive",
     "machine_busy_seconds",
-    "percentile",
     "rate",
     "share_of_core",
     "shares",
@@ -154,37 +155,48 @@ def drive(
         on_start()
     done_by = started + timeout
     for worker in producers:
-        try:
-            report = worker.receive(done_by)
-        except NoReportError as silence:
-            collected.errors.append(str(silence))
-            continue
-        assert isinstance(report, ProducerReport)
-        collected.producers.append(report)
-        if report.error is not None:
-            collected.errors.append(f"{worker.name}: {report.error}")
+        report = _report(worker, done_by, None, collected.errors)
+        if report is not None:
+            assert isinstance(report, ProducerReport)
+            collected.producers.append(report)
     if collected.errors:
         stop.set()
     if before_consumers is not None:
         before_consumers(done_by)
     for worker in consumers:
-        try:
-            consumer_report = worker.receive(done_by)
-        except NoReportError:
-            stop.set()
-            try:
-                consumer_report = worker.receive(time.monotonic() + STOP_GRACE)
-            except NoReportError as silence:
-                collected.errors.append(str(silence))
-                continue
-        assert isinstance(consumer_report, ConsumerReport)
-        collected.consumers.append(consumer_report)
-        if consumer_report.error is not None:
-            collected.errors.append(f"{worker.name}: {consumer_report.error}")
+        report = _report(worker, done_by, stop, collected.errors)
+        if report is not None:
+            assert isinstance(report, ConsumerReport)
+            collected.consumers.append(report)
     collected.elapsed_s = time.monotonic() - started
     collected.broker_cpu_s = cpu_seconds(broker) - broker_cpu_start
     collected.machine_cpu_s = machine_busy_seconds() - machine_cpu_start
     return collected
+
+
+def _report(
+    worker: Worker, deadline: float, stop: Event | None, errors: list[str]
+) -> ProducerReport | ConsumerReport | None:
+    """A worker's report by ``deadline``; None (and the reason in ``errors``) if none came.
+
+    With ``stop`` (consumers, which report what they have once stopped), a worker silent at
+    the deadline is stopped and gets :data:`STOP_GRACE` more.
+    """
+    try:
+        try:
+            report = worker.receive(deadline)
+        except NoReportError:
+            if stop is None:
+                raise
+            stop.set()
+            report = worker.receive(time.monotonic() + STOP_GRACE)
+    except NoReportError as silence:
+        errors.append(str(silence))
+        return None
+    assert isinstance(report, ProducerReport | ConsumerReport)
+    if report.error is not None:
+        errors.append(f"{worker.name}: {report.error}")
+    return report
 
 
 def close_all(workers: Sequence[Worker]) -> None:
@@ -239,9 +251,43 @@ def share_of_core(cpu_s: float, start_ns: int, end_ns: int) -> float:
     return cpu_s / ((end_ns - start_ns) / 1e9)
 
 
-def percentile(ordered: Sequence[int] | Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile of an ascending sequence; NaN when it is empty."""
-    if not ordered:
-        return float("nan")
-    rank = max(0, min(len(ordered) - 1, round(fraction * len(ordered)) - 1))
-    return float(ordered[rank])
+@dataclass(frozen=True)
+class SendWindow:
+    """What the producer processes of a run did, from their reports.
+
+    Attributes:
+        first_send_ns: ``monotonic_ns`` of the earliest send (0 if none).
+        last_completion_ns: ``monotonic_ns`` of the latest acknowledged send.
+        sent: Messages sent over all producers.
+        cpu_s: CPU seconds over all producer processes.
+        produce_rate: Sent per second over the window; NaN unless every producer saw all
+            its sends acknowledged.
+    """
+
+    first_send_ns: int
+    last_completion_ns: int
+    sent: int
+    cpu_s: float
+    produce_rate: float
+
+    @classmethod
+    def of(cls, reports: Sequence[ProducerReport], expected: int | None = None) -> SendWindow:
+        """The window of ``reports``; ``expected`` producers must all have reported."""
+        first = min((r.first_send_ns for r in reports if r.first_send_ns), default=0)
+        last = max((r.last_completion_ns for r in reports), default=0)
+        sent = sum(r.sent for r in reports)
+        complete = bool(reports) and all(r.last_completion_ns for r in reports)
+        if expected is not None:
+            complete = complete and len(reports) == expected
+        return cls(first, last, sent, sum(r.cpu_s for r in reports),
+                   rate(sent, first, last) if complete else math.nan)
+
+
+def latency_ms(reports: Sequence[ProducerReport] | Sequence[ConsumerReport]) -> tuple[
+    float, float, int
+]:
+    """p50 and p99 (milliseconds) of the latencies the reports carry, and how many."""
+    latencies = array("q")
+    for report in reports:
+        latencies.frombytes(report.latencies_ns)
+    return percentile(latencies, 0.50) / 1e6, percentile(latencies, 0.99) / 1e6, len(latencies)

@@ -7,13 +7,16 @@ little and the broker sees real, handshaken clients.
 
 from __future__ import annotations
 
+import dataclasses
 import resource
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from bench.broker_process import BrokerProcess
+from bench.plan import Plan, SectionResult
+from bench.report import Row, format_bytes, judge
+from brokerlet.testing.process import BrokerletProcess
 from brokerlet.transport.protocol import PROTOCOL_VERSION, FrameDecoder, encode_command, pb
 
 __all__ = ["MemoryResult", "measure_memory", "open_connections", "raise_file_limit"]
@@ -106,14 +109,14 @@ def _await_connected(sock: socket.socket) -> None:
 
 def measure_memory(connections: int = 1000) -> MemoryResult:
     """Start a broker and measure its RSS idle and with ``connections`` idle connections."""
-    with BrokerProcess() as broker:
+    with BrokerletProcess() as broker:
         broker.start()
-        idle = broker.rss()
+        idle = broker.rss_bytes()
         warm_count = min(_WARM_CONNECTIONS, connections - 1)
         with open_connections(broker.port, warm_count):
-            warm = broker.rss()
+            warm = broker.rss_bytes()
             with open_connections(broker.port, connections - warm_count):
-                loaded = broker.rss()
+                loaded = broker.rss_bytes()
     return MemoryResult(
         connections=connections,
         idle_rss=idle,
@@ -122,3 +125,24 @@ def measure_memory(connections: int = 1000) -> MemoryResult:
         per_connection=(loaded - idle) / connections,
         marginal_per_connection=(loaded - warm) / (connections - warm_count),
     )
+
+
+# The section: ``--only memory``.
+
+PER_CONNECTION_TARGET = 100_000.0  # bytes, "< 100 KB"
+
+def run_memory(plan: Plan) -> SectionResult:
+    """The broker's RSS idle and with ``plan.connections`` handshaken idle connections."""
+    print(f"memory: RSS idle and with {plan.connections:,} idle connections", flush=True)
+    result = measure_memory(plan.connections)
+    section = SectionResult(data=dataclasses.asdict(result))
+    section.rows = [
+        Row("RSS, idle", format_bytes(result.idle_rss)),
+        Row(f"RSS, {result.connections:,} idle connections", format_bytes(result.loaded_rss)),
+        Row("per idle connection", format_bytes(result.per_connection),
+            f"{result.per_connection:,.0f} B", f"< {PER_CONNECTION_TARGET / 1000:.0f} KB",
+            judge(result.per_connection, below=PER_CONNECTION_TARGET)),
+        Row("  marginal, after the first few", format_bytes(result.marginal_per_connection),
+            f"{result.marginal_per_connection:,.0f} B"),
+    ]
+    return section

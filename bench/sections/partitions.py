@@ -3,8 +3,8 @@ a 4-partition topic against the same load on one topic, on one broker in one run
 
 The round trip is timed from this process over a raw socket with brokerlet's codec (one
 PARTITIONED_METADATA and one LOOKUP per round, as a client does before it connects a
-producer). The throughput runs are :func:`bench.throughput.run_once` (producer and consumer
-processes of the official client), the one-topic and 4-partition runs taking turns.
+producer). The throughput runs are :func:`bench.sections.throughput.run_once` (producer and
+consumer processes of the official client), the one-topic and 4-partition runs taking turns.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from typing import Any
 import psutil
 import requests
 
-from bench.broker_process import BrokerProcess, free_port
+from bench.plan import Plan, SectionResult, run_timeout
 from bench.report import Row, Summary, format_rate
-from bench.sections import Plan, SectionResult, run_timeout
-from bench.throughput import MODES, RunResult, run_once
+from bench.sections.throughput import MODES, RunResult, run_once
 from brokerlet import __version__
+from brokerlet.testing import percentile
+from brokerlet.testing.process import BrokerletProcess
 from brokerlet.transport.protocol import FrameDecoder, encode_command, pb
 
 __all__ = ["run_partitions"]
@@ -36,14 +37,12 @@ T = pb.BaseCommand
 
 def run_partitions(plan: Plan, producers: int, quick: bool) -> SectionResult:
     section = SectionResult()
-    web_port = free_port()
-    flags = ("--web-service-enabled", "true", "--web-service-port", str(web_port))
     mode = MODES["unbatched"]
     messages = plan.messages["unbatched"]
-    with BrokerProcess(flags=flags) as broker:
+    with BrokerletProcess(web_service=True) as broker:
         url = broker.start().service_url
         process = psutil.Process(broker.pid)
-        web = f"http://127.0.0.1:{web_port}"
+        web = broker.stats_url
         lookups = _round_trips(url, web, ROUND_TRIPS[quick])
         print(f"partitions: lookup + partitioned metadata, {ROUND_TRIPS[quick]:,} rounds: "
               f"median {lookups['median_us']:.0f} us, p99 {lookups['p99_us']:.0f} us", flush=True)
@@ -136,10 +135,9 @@ def _round_trips(service_url: str, web: str, rounds: int) -> dict[str, Any]:
             samples.append((time.perf_counter() - began) * 1e6)
     finally:
         sock.close()
-    samples.sort()
     return {
         "rounds": rounds,
         "median_us": statistics.median(samples),
-        "p99_us": samples[min(len(samples) - 1, int(len(samples) * 0.99))],
+        "p99_us": percentile(samples, 0.99),
         "cpu_count": os.cpu_count(),
     }

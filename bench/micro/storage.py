@@ -1,6 +1,6 @@
 """Storage benchmark: disk ledger appends under each sync policy against the in-memory ledger.
 
-Run: ``python bench/storage_bench.py [--seconds 2] [--rounds 3] [--size 128] [--dir DIR]``
+Run: ``python bench/micro/storage.py [--seconds 2] [--rounds 3] [--size 128] [--dir DIR]``
 
 Producers are greenlets that keep up to ``--window`` appends of ``--batch`` entries of
 ``--size`` bytes in flight (like a Pulsar producer's pending-message queue) and yield to the
@@ -32,6 +32,7 @@ import gevent
 import gevent.event
 
 from brokerlet.storage import DiskStorage, FileOps, Ledger, MemoryLedger, NewEntry
+from brokerlet.testing import percentile
 from brokerlet.transport.protocol import crc32c
 
 TICK = 0.001
@@ -129,11 +130,6 @@ def run(
     return total / elapsed, latencies, stalls
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def main() -> None:

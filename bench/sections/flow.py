@@ -8,12 +8,13 @@ takes 50 ms (waiting on I/O, say):
 * **mailbox** — the permits travel as a message to the dispatcher actor, which adds them when it
   gets to the message (what a plain actor design would do).
 
-Run: ``python -m bench.flow_bench [--samples N]``.
+Run: ``python -m bench.sections.flow [--samples N]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from typing import Any
@@ -21,9 +22,12 @@ from typing import Any
 import gevent
 import gevent.event
 
+from bench.plan import Plan, SectionResult
+from bench.report import Row, judge
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.consumer import ConnectionHandle, Consumer, PermitTotal
+from brokerlet.testing import percentile
 
 BUSY_SECONDS = 0.050
 
@@ -81,9 +85,6 @@ def measure(path: str, samples: int) -> list[float]:
     return latencies
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
@@ -105,3 +106,27 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
 
 if __name__ == "__main__":
     main()
+
+
+# The section: ``--only flow``.
+
+FLOW_P99_TARGET_MS = 0.1
+
+def run_flow(plan: Plan) -> SectionResult:
+    """``bench/sections/flow.py``: FLOW to the permit total while the dispatcher is busy."""
+    print(f"flow: bench/sections/flow.py, {plan.flow_samples} samples per path", flush=True)
+    results = main(["--samples", str(plan.flow_samples)])
+    direct, mailbox = results["direct"], results["mailbox"]
+    section = SectionResult(data={"samples": plan.flow_samples, "busy_ms":
+                                  BUSY_SECONDS * 1000, **results})
+    ratio = mailbox["p99_ms"] / direct["p99_ms"] if direct["p99_ms"] > 0 else math.nan
+    section.rows = [
+        Row("FLOW to permit total p50 / p99, direct",
+            f"{direct['p50_ms']:.4f} / {direct['p99_ms']:.4f} ms",
+            f"dispatcher busy {BUSY_SECONDS * 1000:.0f} ms",
+            f"p99 < {FLOW_P99_TARGET_MS} ms", judge(direct["p99_ms"], below=FLOW_P99_TARGET_MS)),
+        Row("  FLOW to permit total p50 / p99, mailbox",
+            f"{mailbox['p50_ms']:.3f} / {mailbox['p99_ms']:.3f} ms",
+            f"p99 {ratio:,.0f}x the direct path's", "comparison"),
+    ]
+    return section
