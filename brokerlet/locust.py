@@ -62,8 +62,6 @@ from locust import User, constant, events, task
 from locust.env import Environment
 from locust.exception import LocustError
 
-from brokerlet.delivery import Ledger, Verdict
-
 # The client's names; Message and PulsarError are re-exported for the hooks' signatures.
 from brokerlet.client import (
     AlreadyClosed,
@@ -77,6 +75,7 @@ from brokerlet.client import (
     PulsarError,
     Timeout,
 )
+from brokerlet.delivery import Ledger, Verdict
 
 __all__ = [
     "TRACK_PROPERTY",
