@@ -23,7 +23,8 @@ import gevent.event
 
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.consumer import ConnectionHandle, Consumer, PermitTotal
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+from brokerlet.dispatch.permits import PermitTotal
 
 BUSY_SECONDS = 0.050
 

@@ -15,7 +15,6 @@ from typing import Any
 import gevent
 import pykka
 
-from brokerlet.actors.consumer import ConnectionHandle, Consumer
 from brokerlet.actors.dispatcher import (
     AddConsumer,
     CancelRead,
@@ -29,8 +28,9 @@ from brokerlet.actors.dispatcher import (
     SendMessages,
     SubscriptionClosed,
 )
-from brokerlet.actors.keyshared import KeySharedMeta
 from brokerlet.config import Settings, load_settings
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+from brokerlet.keyshared import KeySharedMeta
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.ledger import Entry
 from brokerlet.transport.channel import ChannelStatistics

@@ -22,10 +22,10 @@ from brokerlet import Broker
 from brokerlet.actors import dispatcher as dispatcher_module
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.consumer import ConnectionHandle
 from brokerlet.actors.eventloop import EventLoopActor, WritabilityChanged
-from brokerlet.actors.ratelimit import DispatchRateLimiter
 from brokerlet.config import load_settings
+from brokerlet.dispatch.consumer import ConnectionHandle
+from brokerlet.dispatch.ratelimit import DispatchRateLimiter
 from brokerlet.transport.protocol import pb
 from tests.dispatch_harness import Block, FakeChannel, Harness, Noop
 from tests.rawclient import RawClient

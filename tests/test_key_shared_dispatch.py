@@ -15,11 +15,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from brokerlet import Broker
 from brokerlet.actors import dispatcher as dispatcher_module
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.consumer import Consumer
 from brokerlet.actors.dispatcher import Ack
-from brokerlet.actors.keyshared import KeySharedMeta, entry_key_hash
 from brokerlet.config import load_settings
-from brokerlet.keyshared import sticky_key_hash
+from brokerlet.dispatch.consumer import Consumer
+from brokerlet.dispatch.key_shared import entry_key_hash
+from brokerlet.keyshared import KeySharedMeta, sticky_key_hash
 from brokerlet.transport.protocol import build_entry, encode_send, pb
 from tests.dispatch_harness import LEDGER, Harness, make_keyed_entry
 from tests.rawclient import RawClient

@@ -10,9 +10,9 @@ import pykka
 
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.connection import GetTopic
-from brokerlet.actors.ratelimit import DispatchRateLimiter
 from brokerlet.actors.topic import TopicActor, TopicStats
 from brokerlet.config import Settings
+from brokerlet.dispatch.ratelimit import DispatchRateLimiter
 from brokerlet.storage import CursorStore, DiskStorage, Ledger, MemoryLedger
 
 __all__ = ["BrokerActor", "GetAllStats", "GetTopic", "GetTopicStats"]

@@ -25,7 +25,6 @@ import pykka
 
 from brokerlet import __version__
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.consumer import ConnectionHandle, Consumer
 from brokerlet.actors.dispatcher import (
     KEY_SHARED,
     Ack,
@@ -37,7 +36,6 @@ from brokerlet.actors.dispatcher import (
     Seek,
 )
 from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.keyshared import KeySharedMeta
 from brokerlet.actors.topic import (
     AddProducer,
     Append,
@@ -49,6 +47,8 @@ from brokerlet.actors.topic import (
     Subscribe,
 )
 from brokerlet.config import Settings
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+from brokerlet.keyshared import KeySharedMeta
 from brokerlet.storage.ledger import NewEntry
 from brokerlet.transport.protocol import (
     PROTOCOL_VERSION,

@@ -29,13 +29,15 @@ import gevent
 
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.consumer import ConnectionHandle, Consumer, PermitTotal
 from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.keyshared import KeySharedMeta, KeySharedRules
-from brokerlet.actors.ratelimit import DispatchRateLimiter, limiters_allowance, limiters_wait
-from brokerlet.actors.replay import ReplaySet
-from brokerlet.actors.stats import Cancellable, Rate
 from brokerlet.config import Settings
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+from brokerlet.dispatch.key_shared import KeySharedRules
+from brokerlet.dispatch.permits import PermitTotal
+from brokerlet.dispatch.ratelimit import DispatchRateLimiter, limiters_allowance, limiters_wait
+from brokerlet.dispatch.replay import ReplaySet
+from brokerlet.dispatch.stats import Cancellable, Rate
+from brokerlet.keyshared import KeySharedMeta
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry

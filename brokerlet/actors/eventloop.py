@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.consumer import ConnectionHandle
 from brokerlet.actors.dispatcher import SendMessages
+from brokerlet.dispatch.consumer import ConnectionHandle
 from brokerlet.transport.protocol import encode_message
 
 __all__ = ["EventLoopActor", "WritabilityChanged"]

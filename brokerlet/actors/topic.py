@@ -28,9 +28,9 @@ from brokerlet.actors.dispatcher import (
     SubscriptionClosed,
 )
 from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.ratelimit import DispatchRateLimiter
-from brokerlet.actors.stats import Rate
 from brokerlet.config import Settings
+from brokerlet.dispatch.ratelimit import DispatchRateLimiter
+from brokerlet.dispatch.stats import Rate
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry, Ledger, NewEntry

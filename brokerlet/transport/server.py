@@ -25,9 +25,9 @@ from gevent.server import StreamServer
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import TIME_SLICE
 from brokerlet.actors.connection import ConnectionActor, ConnectionLost, Received
-from brokerlet.actors.consumer import ConnectionHandle
 from brokerlet.actors.eventloop import WritabilityChanged
 from brokerlet.config import Settings
+from brokerlet.dispatch.consumer import ConnectionHandle
 from brokerlet.transport.channel import Channel
 from brokerlet.transport.protocol import FrameDecoder, ProtocolError, encode_command, pb
 from brokerlet.transport.sockopts import configure_socket

@@ -8,8 +8,9 @@ and FLOWs, and the dispatcher actor of its subscription. They touch disjoint par
   :meth:`Consumer.attach` and :meth:`Consumer.detach`.
 
 Permits are the one field both write. They live behind the consumer's own small lock, and the
-dispatcher's total is a :class:`PermitTotal` that every writer updates atomically, so a FLOW
-reaches the total at once, without queueing behind the dispatcher's mailbox (DESIGN.md, "Flow").
+dispatcher's total is a :class:`~brokerlet.dispatch.permits.PermitTotal` that every writer updates
+atomically, so a FLOW reaches the total at once, without queueing behind the dispatcher's mailbox
+(docs/architecture.md, "Flow").
 """
 
 from __future__ import annotations
@@ -18,37 +19,15 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from brokerlet.actors.stats import Rate
+from brokerlet.dispatch.permits import PermitTotal
+from brokerlet.dispatch.stats import Rate
 
 if TYPE_CHECKING:
     from brokerlet.actors._conflate import ConflatedTell
-    from brokerlet.actors.keyshared import KeySharedMeta
+    from brokerlet.keyshared import KeySharedMeta
     from brokerlet.transport.channel import Channel
 
-__all__ = ["ConnectionHandle", "Consumer", "PermitTotal"]
-
-
-class PermitTotal:
-    """A dispatcher's total of its consumers' permits, updated atomically by every writer.
-
-    The total may go negative and is never clamped: it equals the sum of the accounted
-    consumers' balances at every quiescent point.
-    """
-
-    __slots__ = ("_lock", "_value")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._value = 0
-
-    @property
-    def value(self) -> int:
-        return self._value
-
-    def add(self, delta: int) -> int:
-        with self._lock:
-            self._value += delta
-            return self._value
+__all__ = ["ConnectionHandle", "Consumer"]
 
 
 @dataclass(eq=False)

@@ -1,12 +1,12 @@
 """Key_Shared dispatch rules, used by a subscription's dispatcher.
 
-Messages with one key are delivered to, and stay unacked at, one consumer at a time
-(reference: pulsar-dispatch.md §3). :class:`KeySharedRules` holds what that needs beyond a
-Shared dispatcher: the sticky-key selector (immutable snapshots, binary search), the
-draining-hashes tracker (PIP-379), the sticky-key hash of each pending or replayed entry,
-and the look-ahead limit. The dispatcher calls it at membership changes, when it reads, when
-it hands entries out and when entries are acknowledged or redelivered; all on the
-dispatcher actor.
+Messages with one key are delivered to, and stay unacked at, one consumer at a time, as
+Pulsar's ``PersistentStickyKeyDispatcherMultipleConsumers`` does. :class:`KeySharedRules`
+holds what that needs beyond a Shared dispatcher: the sticky-key selector (immutable
+snapshots, binary search), the draining-hashes tracker (PIP-379), the sticky-key hash of
+each pending or replayed entry, and the look-ahead limit. The dispatcher calls it at
+membership changes, when it reads, when it hands entries out and when entries are
+acknowledged or redelivered; all on the dispatcher actor.
 
 How ordering holds through churn:
 
@@ -26,50 +26,28 @@ import base64
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from brokerlet.actors.consumer import Consumer
 from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.replay import ReplaySet
 from brokerlet.config import Settings
+from brokerlet.dispatch.consumer import Consumer
+from brokerlet.dispatch.replay import ReplaySet
 from brokerlet.keyshared import (
     ConsumerAssignError,
     DrainingHashesTracker,
     HashRange,
+    KeySharedMeta,
     Selector,
     make_selector,
     sticky_key_hash,
 )
+from brokerlet.keyshared.meta import AUTO_SPLIT, STICKY
 from brokerlet.storage.ledger import Entry
 from brokerlet.transport.protocol import parse_metadata, pb
 
-__all__ = ["KeySharedMeta", "KeySharedRules", "entry_key_hash"]
+__all__ = ["KeySharedRules", "entry_key_hash"]
 
 log = logging.getLogger(__name__)
-
-AUTO_SPLIT = pb.AUTO_SPLIT
-STICKY = pb.STICKY
-
-
-@dataclass(frozen=True, slots=True)
-class KeySharedMeta:
-    """A Key_Shared consumer's SUBSCRIBE options."""
-
-    mode: int = AUTO_SPLIT
-    ranges: tuple[tuple[int, int], ...] = ()
-    allow_out_of_order: bool = False
-
-    @classmethod
-    def from_command(cls, subscribe: pb.CommandSubscribe) -> KeySharedMeta:
-        if not subscribe.HasField("key_shared_meta"):
-            return cls()
-        meta = subscribe.key_shared_meta
-        return cls(
-            meta.key_shared_mode,
-            tuple((r.start, r.end) for r in meta.hash_ranges),
-            meta.allow_out_of_order_delivery,
-        )
 
 
 def entry_key_hash(entry: Entry) -> int:
