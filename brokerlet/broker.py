@@ -21,8 +21,9 @@ import gevent
 import gevent.event
 import pykka
 
-from brokerlet.actors.broker import BrokerActor, GetAllStats, GetTopic, GetTopicStats
+from brokerlet.actors.broker import BrokerActor
 from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.actors.messages import GetAllStats, GetTopic, GetTopicStats
 from brokerlet.admin import AdminServer
 from brokerlet.config import Settings, load_settings
 from brokerlet.storage import DiskStorage, FileOps

@@ -15,12 +15,11 @@ from typing import Any
 import gevent
 import pykka
 
-from brokerlet.actors.dispatcher import (
+from brokerlet.actors.dispatcher import Dispatcher, GreenletTimer
+from brokerlet.actors.messages import (
     AddConsumer,
     CancelRead,
-    Dispatcher,
     EntriesRead,
-    GreenletTimer,
     MarkDeleteMoved,
     ReadEntries,
     ReadIds,
@@ -136,7 +135,7 @@ class FakeEventLoopMixin:
         if isinstance(message, SendMessages):
             self.batches.append(message)
             if self.auto_complete:
-                message.on_complete()
+                message.completion.request()
         elif isinstance(message, Block):
             message.entered.set()
             message.release.wait(10)

@@ -22,7 +22,8 @@ from brokerlet import Broker
 from brokerlet.actors import dispatcher as dispatcher_module
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.eventloop import EventLoopActor, WritabilityChanged
+from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.actors.messages import WritabilityChanged
 from brokerlet.config import load_settings
 from brokerlet.dispatch.consumer import ConnectionHandle
 from brokerlet.dispatch.ratelimit import DispatchRateLimiter

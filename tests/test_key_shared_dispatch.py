@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from brokerlet import Broker
 from brokerlet.actors import dispatcher as dispatcher_module
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.dispatcher import Ack
+from brokerlet.actors.messages import Ack
 from brokerlet.config import load_settings
 from brokerlet.dispatch.consumer import Consumer
 from brokerlet.dispatch.key_shared import entry_key_hash
@@ -60,13 +60,13 @@ def test_one_completed_write_requests_the_next_read_without_waiting_for_the_othe
     first = {batch.consumer.name: batch for batch in harness.loop.proxy().batches.get()}
     assert set(first) == {"a", "b"}  # both writes in flight, neither completed
 
-    first["b"].on_complete()  # b's write completes; a's never does
+    first["b"].completion.request()  # b's write completes; a's never does
     harness.append_keyed(owned["b"][3:6])
     harness.settle()
     later = harness.sent_to(b)[3:]
     if barrier:
         assert later == [], "the barrier holds b back until a's write completes"
-        first["a"].on_complete()
+        first["a"].completion.request()
         harness.settle()
         assert len(harness.sent_to(b)) == 6
     else:

@@ -9,24 +9,21 @@ from typing import Any
 import pykka
 
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.connection import GetTopic
-from brokerlet.actors.topic import TopicActor, TopicStats
+from brokerlet.actors.messages import (
+    GetAllStats,
+    GetTopic,
+    GetTopicStats,
+    TopicStats,
+    UnexpectedMessage,
+)
+from brokerlet.actors.topic import TopicActor
 from brokerlet.config import Settings
 from brokerlet.dispatch.ratelimit import DispatchRateLimiter
 from brokerlet.storage import CursorStore, DiskStorage, Ledger, MemoryLedger
 
-__all__ = ["BrokerActor", "GetAllStats", "GetTopic", "GetTopicStats"]
+__all__ = ["BrokerActor"]
 
 log = logging.getLogger(__name__)
-
-
-class GetTopicStats:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-class GetAllStats:
-    pass
 
 
 class BrokerActor(GeventActor):
@@ -52,7 +49,7 @@ class BrokerActor(GeventActor):
             return None if topic is None else topic.ask(TopicStats())
         if isinstance(message, GetAllStats):
             return {name: ref.ask(TopicStats()) for name, ref in self.topics.items()}
-        raise TypeError(f"unexpected message {message!r}")
+        raise UnexpectedMessage(self, message)
 
     def on_stop(self) -> None:
         for topic in self.topics.values():

@@ -19,32 +19,33 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pykka
 
 from brokerlet import __version__
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.dispatcher import (
-    KEY_SHARED,
+from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.messages import (
     Ack,
     AddConsumer,
-    ConsumerClosedByBroker,
-    GetMarkDelete,
-    Redeliver,
-    RemoveConsumer,
-    Seek,
-)
-from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.topic import (
     AddProducer,
     Append,
     Appended,
     AppendItem,
+    ConnectionLost,
+    ConsumerClosedByBroker,
     GetLastEntry,
+    GetMarkDelete,
+    GetTopic,
+    Received,
+    Redeliver,
+    RemoveConsumer,
     RemoveProducer,
     ResolvePosition,
+    Seek,
     Subscribe,
+    UnexpectedMessage,
 )
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
@@ -61,7 +62,12 @@ from brokerlet.transport.protocol import (
     pb,
 )
 
-__all__ = ["ConnectionActor", "ConnectionLost", "Received", "valid_topic_name"]
+if TYPE_CHECKING:
+    from brokerlet.actors.broker import BrokerActor
+    from brokerlet.actors.dispatcher import DispatcherActor
+    from brokerlet.actors.topic import TopicActor
+
+__all__ = ["ConnectionActor", "valid_topic_name"]
 
 log = logging.getLogger(__name__)
 
@@ -77,29 +83,12 @@ def valid_topic_name(topic: str) -> bool:
     return bool(_TOPIC_NAME.match(topic))
 
 
-@dataclass(frozen=True, slots=True)
-class Received:
-    frames: list[Frame]
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLost:
-    reason: str
-
-
 @dataclass(slots=True)
 class _Producer:
     producer_id: int
     name: str
     topic: str
-    topic_ref: Any
-
-
-@dataclass(frozen=True, slots=True)
-class GetTopic:
-    """Asked of the broker actor: the topic's actor, created on first use."""
-
-    name: str
+    topic_ref: pykka.ActorRef[TopicActor]
 
 
 class ConnectionActor(GeventActor):
@@ -109,7 +98,7 @@ class ConnectionActor(GeventActor):
         self,
         *,
         handle: ConnectionHandle,
-        broker: Any,  # pykka.ActorRef of the BrokerActor
+        broker: pykka.ActorRef[BrokerActor],
         settings: Settings,
         advertised_url: str,
         close_socket: Callable[[str], None],
@@ -156,6 +145,8 @@ class ConnectionActor(GeventActor):
             self._lost(message.reason)
         elif kind is ConsumerClosedByBroker:
             self._closed_by_broker(message.consumer)
+        else:
+            raise UnexpectedMessage(self, message)
 
     def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
         # A bug of ours, not the peer's: drop the connection rather than serve it half-broken.
@@ -281,8 +272,9 @@ class ConnectionActor(GeventActor):
     def _success(self, request_id: int) -> None:
         self._send(T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request_id)))
 
-    def _topic(self, name: str) -> Any:
-        return self.broker.ask(GetTopic(name))
+    def _topic(self, name: str) -> pykka.ActorRef[TopicActor]:
+        topic: pykka.ActorRef[TopicActor] = self.broker.ask(GetTopic(name), block=True)
+        return topic
 
     # Producers.
 
@@ -314,7 +306,7 @@ class ConnectionActor(GeventActor):
         name = request.producer_name or f"brokerlet-{next(_producer_names)}"
         topic_ref = self._topic(request.topic)
         try:
-            topic_ref.ask(AddProducer(name, self.peer))
+            topic_ref.ask(AddProducer(name, self.peer), block=True)
         except BrokerError as error:
             self._error(request.request_id, error.code, error.message)
             return
@@ -415,7 +407,7 @@ class ConnectionActor(GeventActor):
 
     # Consumers.
 
-    def _dispatcher_of(self, consumer: Consumer) -> Any:
+    def _dispatcher_of(self, consumer: Consumer) -> pykka.ActorRef[DispatcherActor]:
         assert consumer.read_gate is not None
         return consumer.read_gate.actor_ref
 
@@ -437,10 +429,11 @@ class ConnectionActor(GeventActor):
         if request.HasField("start_message_id"):
             start = (request.start_message_id.ledger_id, request.start_message_id.entry_id)
         topic_ref = self._topic(request.topic)
-        dispatcher = topic_ref.ask(
+        dispatcher: pykka.ActorRef[DispatcherActor] = topic_ref.ask(
             Subscribe(
                 request.subscription, request.sub_type, durable, request.initial_position, start
-            )
+            ),
+            block=True,
         )
         consumer = Consumer(
             consumer_id=request.consumer_id,
@@ -451,11 +444,11 @@ class ConnectionActor(GeventActor):
             priority=request.priority_level,
             connection=self.handle,
             key_shared=KeySharedMeta.from_command(request)
-            if request.sub_type == KEY_SHARED
+            if request.sub_type == pb.CommandSubscribe.Key_Shared
             else None,
         )
         try:
-            dispatcher.ask(AddConsumer(consumer))
+            dispatcher.ask(AddConsumer(consumer), block=True)
         except BrokerError as error:
             self._error(request_id, error.code, error.message)
             return
@@ -532,7 +525,9 @@ class ConnectionActor(GeventActor):
 
     def _remove(self, consumer: Consumer, *, unsubscribe: bool) -> None:
         with contextlib.suppress(pykka.ActorDeadError):
-            self._dispatcher_of(consumer).ask(RemoveConsumer(consumer, unsubscribe=unsubscribe))
+            self._dispatcher_of(consumer).ask(
+                RemoveConsumer(consumer, unsubscribe=unsubscribe), block=True
+            )
 
     def _seek(self, command: pb.BaseCommand) -> None:
         request = command.seek
@@ -547,8 +542,11 @@ class ConnectionActor(GeventActor):
             )
             return
         target = (request.message_id.ledger_id, request.message_id.entry_id)
-        entry_id = self._topic(consumer.topic).ask(ResolvePosition(target))
-        for own in self._dispatcher_of(consumer).ask(Seek(entry_id, self.handle)):
+        entry_id: int = self._topic(consumer.topic).ask(ResolvePosition(target), block=True)
+        own_consumers: list[Consumer] = self._dispatcher_of(consumer).ask(
+            Seek(entry_id, self.handle), block=True
+        )
+        for own in own_consumers:
             self._closed_by_broker(own)
         self._success(request.request_id)
 
@@ -571,8 +569,8 @@ class ConnectionActor(GeventActor):
         consumer = self._requested_consumer(request.consumer_id, request.request_id)
         if consumer is None:
             return
-        ledger_id, last = self._topic(consumer.topic).ask(GetLastEntry())
-        mark_delete = self._dispatcher_of(consumer).ask(GetMarkDelete())
+        ledger_id, last = self._topic(consumer.topic).ask(GetLastEntry(), block=True)
+        mark_delete: int = self._dispatcher_of(consumer).ask(GetMarkDelete(), block=True)
         response = pb.CommandGetLastMessageIdResponse(request_id=request.request_id)
         # An empty topic answers -1:-1, which the client reads as "nothing there".
         response.last_message_id.ledger_id = ledger_id if last >= 0 else NO_ID

@@ -22,16 +22,39 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import gevent
+import pykka
 
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.messages import (
+    Ack,
+    AddConsumer,
+    BatchWritten,
+    CancelRead,
+    ConsumerClosedByBroker,
+    EntriesRead,
+    GetMarkDelete,
+    GetStats,
+    HashesUnblocked,
+    MarkDeleteMoved,
+    PersistCursor,
+    ReadEntries,
+    ReadIds,
+    ReadMore,
+    Redeliver,
+    RemoveConsumer,
+    Seek,
+    SendMessages,
+    SubscriptionClosed,
+    UnexpectedMessage,
+    WriteCompletion,
+)
 from brokerlet.config import Settings
-from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+from brokerlet.dispatch.consumer import Consumer
 from brokerlet.dispatch.key_shared import KeySharedRules
 from brokerlet.dispatch.permits import PermitTotal
 from brokerlet.dispatch.ratelimit import DispatchRateLimiter, limiters_allowance, limiters_wait
@@ -43,16 +66,7 @@ from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry
 from brokerlet.transport.protocol import pb
 
-__all__ = [
-    "Ack",
-    "AddConsumer",
-    "DispatcherActor",
-    "EntriesRead",
-    "ReadMore",
-    "Redeliver",
-    "RemoveConsumer",
-    "SendMessages",
-]
+__all__ = ["Dispatcher", "DispatcherActor", "GreenletTimer"]
 
 log = logging.getLogger(__name__)
 
@@ -66,91 +80,6 @@ SUB_TYPE_NAMES: dict[int, str] = {
     FAILOVER: "Failover",
     KEY_SHARED: "Key_Shared",
 }
-
-
-# Messages handled by the dispatcher.
-
-
-class ReadMore:
-    """The conflated read request (a singleton per dispatcher, see :class:`ConflatedTell`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class AddConsumer:
-    consumer: Consumer
-
-
-@dataclass(frozen=True, slots=True)
-class RemoveConsumer:
-    consumer: Consumer
-    unsubscribe: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class EntriesRead:
-    read_id: int
-    entries: list[Entry] | BaseException
-    replay: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Ack:
-    consumer: Consumer
-    positions: Sequence[tuple[int, int]]  # (ledger id, entry id)
-    cumulative: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Redeliver:
-    consumer: Consumer
-    positions: Sequence[tuple[int, int]] | None  # None: every entry pending on the consumer
-
-
-@dataclass(frozen=True, slots=True)
-class Seek:
-    """Reset the subscription so ``entry_id`` is the next entry delivered; asked."""
-
-    entry_id: int
-    requester: ConnectionHandle
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerClosedByBroker:
-    """Told to a connection actor: the broker closed this consumer (the client reconnects)."""
-
-    consumer: Consumer
-
-
-@dataclass(frozen=True, slots=True)
-class GetStats:
-    pass
-
-
-class GetMarkDelete:
-    """Asked: the subscription's mark-delete entry id."""
-
-
-class BatchWritten:
-    """A consumer batch's write completed (only sent with COMPLETION_BARRIER)."""
-
-
-class PersistCursor:
-    """Time to write the subscription's acknowledgements to its cursor store."""
-
-
-class HashesUnblocked:
-    """Key_Shared: draining hashes were released; the unblocking interval has passed."""
-
-
-# Message sent to a connection's event loop: one per consumer batch.
-
-
-@dataclass(frozen=True, slots=True)
-class SendMessages:
-    consumer: Consumer
-    entries: list[Entry]
-    redelivery_counts: list[int]
-    on_complete: Callable[[], object]
 
 
 class Dispatcher:
@@ -262,7 +191,10 @@ class Dispatcher:
     def on_receive(self, message: Any) -> Any:
         if message.__class__ is ReadMore:
             return self._read_more(message)
-        return self._handlers[type(message)](message)
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            raise UnexpectedMessage(self, message)
+        return handler(message)
 
     @property
     def gate(self) -> ConflatedTell:
@@ -686,12 +618,11 @@ class Dispatcher:
         self.bytes_out += size
         for limiter in self.rate_limiters:
             limiter.charge(messages, size)
-        on_complete: Callable[[], object] = self.gate.request
+        completion: WriteCompletion = self.gate
         if COMPLETION_BARRIER:
             self._writes_in_flight += 1
-            tell = self.actor_ref.tell
-            on_complete = lambda: tell(BatchWritten())  # noqa: E731
-        consumer.connection.event_loop.tell(SendMessages(consumer, batch, redelivery, on_complete))
+            completion = _BatchWrittenNotice(self.actor_ref)
+        consumer.connection.event_loop.tell(SendMessages(consumer, batch, redelivery, completion))
 
     # Acknowledgements and redelivery.
 
@@ -892,41 +823,13 @@ class GreenletTimer:
         self._greenlet.kill(block=False)
 
 
-# Messages sent to the topic (defined here, where they are composed; the topic imports them).
+class _BatchWrittenNotice:
+    """The completion barrier's write completion: one :class:`BatchWritten` per batch."""
 
+    __slots__ = ("_actor_ref",)
 
-@dataclass(frozen=True, slots=True)
-class ReadEntries:
-    subscription: str
-    read_id: int
-    start: int
-    max_entries: int
-    max_bytes: int
-    reply_to: Any
+    def __init__(self, actor_ref: pykka.ActorRef[Any]) -> None:
+        self._actor_ref = actor_ref
 
-
-@dataclass(frozen=True, slots=True)
-class ReadIds:
-    subscription: str
-    read_id: int
-    entry_ids: list[int]
-    reply_to: Any
-
-
-@dataclass(frozen=True, slots=True)
-class CancelRead:
-    subscription: str
-    read_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class MarkDeleteMoved:
-    subscription: str
-    mark_delete: int
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionClosed:
-    subscription: str
-    dispatcher: Any
-    deleted: bool = False  # unsubscribed (or non-durable): forget its stored cursor too
+    def request(self) -> None:
+        self._actor_ref.tell(BatchWritten())

@@ -10,122 +10,49 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import gevent
 import pykka
 
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.dispatcher import (
+from brokerlet.actors.dispatcher import DispatcherActor
+from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.messages import (
+    AddProducer,
+    Append,
+    AppendDone,
+    Appended,
     CancelRead,
-    DispatcherActor,
     EntriesRead,
+    GetLastEntry,
     GetStats,
     MarkDeleteMoved,
     ReadEntries,
     ReadIds,
+    Receipt,
+    RemoveProducer,
+    ResolvePosition,
+    Subscribe,
     SubscriptionClosed,
+    TopicStats,
+    UnexpectedMessage,
 )
-from brokerlet.actors.errors import BrokerError
 from brokerlet.config import Settings
 from brokerlet.dispatch.ratelimit import DispatchRateLimiter
 from brokerlet.dispatch.stats import Rate
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
-from brokerlet.storage.ledger import Entry, Ledger, NewEntry
+from brokerlet.storage.ledger import Entry, Ledger
 from brokerlet.transport.protocol import pb
 
-__all__ = [
-    "AddProducer",
-    "Append",
-    "Appended",
-    "Receipt",
-    "RemoveProducer",
-    "Subscribe",
-    "TopicActor",
-]
+__all__ = ["TopicActor"]
 
 log = logging.getLogger(__name__)
 
 # start_message_id values the official client uses for readers.
 EARLIEST_ID = 2**64 - 1
 LATEST_ID = 2**63 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class AppendItem:
-    sequence_id: int
-    highest_sequence_id: int
-    entry: NewEntry | None  # None: refused before storage (bad checksum)
-
-
-@dataclass(frozen=True, slots=True)
-class Append:
-    reply_to: Any
-    producer_id: int
-    items: list[AppendItem]
-
-
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    sequence_id: int
-    highest_sequence_id: int
-    ledger_id: int
-    entry_id: int  # -1 when refused; see ``error``
-    error: pb.ServerError.ValueType | None = None
-    message: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Appended:
-    producer_id: int
-    receipts: list[Receipt]
-
-
-@dataclass(frozen=True, slots=True)
-class AppendDone:
-    """A disk ledger's completion, brought back onto the topic actor."""
-
-    handle: Callable[[Any], None]
-    result: Any
-
-
-@dataclass(frozen=True, slots=True)
-class AddProducer:
-    name: str
-    peer: str
-
-
-@dataclass(frozen=True, slots=True)
-class RemoveProducer:
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Subscribe:
-    subscription: str
-    sub_type: int
-    durable: bool
-    initial_position: int  # pb.CommandSubscribe.Latest / Earliest
-    start_message_id: tuple[int, int] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GetLastEntry:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvePosition:
-    """Asked: the entry id a subscription should restart at for ``message_id``."""
-
-    message_id: tuple[int, int]
-
-
-@dataclass(frozen=True, slots=True)
-class TopicStats:
-    pass
 
 
 class TopicActor(GeventActor):
@@ -189,7 +116,10 @@ class TopicActor(GeventActor):
                 self.mark_deletes[subscription] = state[0]
 
     def on_receive(self, message: Any) -> Any:
-        return self._handlers[type(message)](message)
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            raise UnexpectedMessage(self, message)
+        return handler(message)
 
     def _on_actor(self, handle: Callable[[Any], None]) -> Callable[[Any], None]:
         """A storage callback that runs ``handle`` on this actor.

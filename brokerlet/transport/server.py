@@ -15,7 +15,6 @@ import logging
 import socket as stdlib_socket
 import time
 from collections.abc import Callable
-from typing import Any
 
 import gevent
 import pykka
@@ -24,8 +23,10 @@ from gevent.server import StreamServer
 
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import TIME_SLICE
-from brokerlet.actors.connection import ConnectionActor, ConnectionLost, Received
-from brokerlet.actors.eventloop import WritabilityChanged
+from brokerlet.actors.broker import BrokerActor
+from brokerlet.actors.connection import ConnectionActor
+from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.actors.messages import ConnectionLost, Received, WritabilityChanged
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import ConnectionHandle
 from brokerlet.transport.channel import Channel
@@ -53,8 +54,8 @@ class Server:
         self,
         settings: Settings,
         *,
-        broker: Any,
-        event_loops: list[Any],
+        broker: pykka.ActorRef[BrokerActor],
+        event_loops: list[pykka.ActorRef[EventLoopActor]],
         advertised_url: Callable[[], str],
     ) -> None:
         self.settings = settings
@@ -63,7 +64,7 @@ class Server:
         self._advertised_url = advertised_url
         self._next_loop = itertools.cycle(range(len(event_loops)))
         self._connections: set[socket.socket] = set()
-        self._actors: set[Any] = set()
+        self._actors: set[pykka.ActorRef[ConnectionActor]] = set()
         self._server: StreamServer | None = None
 
     @property
@@ -151,7 +152,11 @@ class Server:
             self._actors.discard(actor)
 
     def _read_loop(
-        self, sock: socket.socket, actor: Any, channel: Channel, peer: str
+        self,
+        sock: socket.socket,
+        actor: pykka.ActorRef[ConnectionActor],
+        channel: Channel,
+        peer: str,
     ) -> str | None:
         """Receive until the connection ends; returns why it ended."""
         decoder = FrameDecoder(self.settings.max_message_size + FRAME_PADDING)

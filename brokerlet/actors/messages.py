@@ -1,0 +1,346 @@
+"""Every actor message, grouped by the actor that receives it.
+
+Messages are frozen dataclasses (or bare marker classes where they carry nothing); a ref in a
+message is typed with the actor it reaches. An actor that receives a message it does not
+handle raises :class:`UnexpectedMessage`: a bug of ours, never a silent drop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from brokerlet.transport.protocol import Frame, pb
+
+if TYPE_CHECKING:
+    import pykka
+
+    from brokerlet.actors.connection import ConnectionActor
+    from brokerlet.actors.dispatcher import DispatcherActor
+    from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+    from brokerlet.storage.ledger import Entry, NewEntry
+
+__all__ = [
+    "Ack",
+    "AddConsumer",
+    "AddProducer",
+    "Append",
+    "AppendDone",
+    "AppendItem",
+    "Appended",
+    "BatchWritten",
+    "CancelRead",
+    "ConnectionLost",
+    "ConsumerClosedByBroker",
+    "EntriesRead",
+    "GetAllStats",
+    "GetLastEntry",
+    "GetMarkDelete",
+    "GetStats",
+    "GetTopic",
+    "GetTopicStats",
+    "HashesUnblocked",
+    "MarkDeleteMoved",
+    "PersistCursor",
+    "ReadEntries",
+    "ReadIds",
+    "ReadMore",
+    "Receipt",
+    "Received",
+    "Redeliver",
+    "RemoveConsumer",
+    "RemoveProducer",
+    "ResolvePosition",
+    "Seek",
+    "SendMessages",
+    "Subscribe",
+    "SubscriptionClosed",
+    "TopicStats",
+    "UnexpectedMessage",
+    "WritabilityChanged",
+    "WriteCompletion",
+]
+
+
+class UnexpectedMessage(Exception):  # noqa: N818 - named for what the receiver got
+    """An actor received a message it has no handler for."""
+
+    def __init__(self, actor: object, message: object) -> None:
+        super().__init__(f"{type(actor).__name__} has no handler for {message!r}")
+        self.actor = actor
+        self.message = message
+
+
+# BrokerActor: the topic registry.
+
+
+@dataclass(frozen=True, slots=True)
+class GetTopic:
+    """Asked: the topic's actor, created on first use."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetTopicStats:
+    """Asked: one topic's stats, or None for a topic the broker does not have."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetAllStats:
+    """Asked: every topic's stats, by topic name."""
+
+
+# TopicActor: appends, producers, subscriptions and reads.
+
+
+@dataclass(frozen=True, slots=True)
+class AppendItem:
+    sequence_id: int
+    highest_sequence_id: int
+    entry: NewEntry | None  # None: refused before storage (bad checksum)
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """One run of SENDs of one producer; answered with :class:`Appended`."""
+
+    reply_to: pykka.ActorRef[ConnectionActor]
+    producer_id: int
+    items: list[AppendItem]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendDone:
+    """A disk ledger's completion, brought back onto the topic actor."""
+
+    handle: Callable[[Any], None]
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class AddProducer:
+    """Asked: register a producer name (ProducerBusy if it is taken)."""
+
+    name: str
+    peer: str
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveProducer:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    """Asked: the subscription's dispatcher, created on first use."""
+
+    subscription: str
+    sub_type: int
+    durable: bool
+    initial_position: int  # pb.CommandSubscribe.Latest / Earliest
+    start_message_id: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GetLastEntry:
+    """Asked: (ledger id, last entry id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvePosition:
+    """Asked: the entry id a subscription should restart at for ``message_id``."""
+
+    message_id: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStats:
+    """Asked: the topic's stats, shaped like Pulsar's."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadEntries:
+    """Read up to ``max_entries`` from ``start``; at the end of the ledger, wait (long poll)."""
+
+    subscription: str
+    read_id: int
+    start: int
+    max_entries: int
+    max_bytes: int
+    reply_to: pykka.ActorRef[DispatcherActor]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadIds:
+    """Read these entries (a replay read)."""
+
+    subscription: str
+    read_id: int
+    entry_ids: list[int]
+    reply_to: pykka.ActorRef[DispatcherActor]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRead:
+    """Drop the subscription's waiting long-poll read ``read_id``."""
+
+    subscription: str
+    read_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class MarkDeleteMoved:
+    subscription: str
+    mark_delete: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionClosed:
+    subscription: str
+    dispatcher: pykka.ActorRef[DispatcherActor]
+    deleted: bool = False  # unsubscribed (or non-durable): forget its stored cursor too
+
+
+# ConnectionActor: what the reader greenlet decoded, receipts, broker-initiated closes.
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One received chunk of frames, from the connection's reader greenlet."""
+
+    frames: list[Frame]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLost:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    sequence_id: int
+    highest_sequence_id: int
+    ledger_id: int
+    entry_id: int  # -1 when refused; see ``error``
+    error: pb.ServerError.ValueType | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """The receipts of one :class:`Append`."""
+
+    producer_id: int
+    receipts: list[Receipt]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerClosedByBroker:
+    """The broker closed this consumer (the client reconnects)."""
+
+    consumer: Consumer
+
+
+# DispatcherActor: one subscription's delivery.
+
+
+class ReadMore:
+    """The conflated read request (one instance per dispatcher, see ``ConflatedTell``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AddConsumer:
+    """Asked: join the subscription (BrokerError if the consumer may not)."""
+
+    consumer: Consumer
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveConsumer:
+    consumer: Consumer
+    unsubscribe: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EntriesRead:
+    """The answer to :class:`ReadEntries` (``replay=False``) or :class:`ReadIds`."""
+
+    read_id: int
+    entries: list[Entry] | BaseException
+    replay: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    consumer: Consumer
+    positions: Sequence[tuple[int, int]]  # (ledger id, entry id)
+    cumulative: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Redeliver:
+    consumer: Consumer
+    positions: Sequence[tuple[int, int]] | None  # None: every entry pending on the consumer
+
+
+@dataclass(frozen=True, slots=True)
+class Seek:
+    """Asked: reset the subscription so ``entry_id`` is the next entry delivered.
+
+    Answers the requester's own consumers, which it closes itself before it answers the seek.
+    """
+
+    entry_id: int
+    requester: ConnectionHandle
+
+
+@dataclass(frozen=True, slots=True)
+class GetStats:
+    """Asked: the subscription's part of the topic stats."""
+
+
+class GetMarkDelete:
+    """Asked: the subscription's mark-delete entry id."""
+
+
+class BatchWritten:
+    """A consumer batch's write completed (sent only with the completion barrier on)."""
+
+
+class PersistCursor:
+    """Time to write the subscription's acknowledgements to its cursor store."""
+
+
+class HashesUnblocked:
+    """Key_Shared: draining hashes were released; the unblocking interval has passed."""
+
+
+# EventLoopActor: a connection's I/O tasks.
+
+
+class WriteCompletion(Protocol):
+    """What a consumer batch's written bytes wake: ``request()`` is called by the writer
+    greenlet, so it must be safe from any greenlet or thread (a ``ConflatedTell`` is)."""
+
+    def request(self) -> object: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SendMessages:
+    """One consumer batch to encode and write; ``completion`` is requested once it is written."""
+
+    consumer: Consumer
+    entries: list[Entry]
+    redelivery_counts: list[int]
+    completion: WriteCompletion
+
+
+@dataclass(frozen=True, slots=True)
+class WritabilityChanged:
+    """The connection's channel dropped below its low watermark (conflated per connection)."""
+
+    connection: ConnectionHandle
