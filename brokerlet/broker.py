@@ -26,6 +26,7 @@ from brokerlet.actors.eventloop import EventLoopActor
 from brokerlet.actors.messages import GetAllStats, GetTopic, GetTopicStats
 from brokerlet.admin import AdminServer
 from brokerlet.config import Settings, load_settings
+from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
 from brokerlet.storage import DiskStorage, FileOps
 from brokerlet.transport.server import Server
 
@@ -42,6 +43,9 @@ class Broker:
     Args:
         settings: a complete settings object; defaults to :func:`load_settings` with no file
             and no environment, so an embedded broker is not steered by ``BROKERLET_*``.
+        storage_file_ops: file operations for disk storage (tests inject failures).
+        dispatch_options: switches that turn dispatch rules off, for tests and diagnostics
+            that show what a rule prevents (see :class:`DispatchOptions`).
         **overrides: individual settings, by snake_case key or Pulsar alias
             (``Broker(port=0, dispatcherMaxReadBatchSize=50)``).
 
@@ -56,6 +60,7 @@ class Broker:
         settings: Settings | None = None,
         *,
         storage_file_ops: FileOps | None = None,
+        dispatch_options: DispatchOptions = DEFAULT_OPTIONS,
         **overrides: object,
     ) -> None:
         if settings is None:
@@ -74,6 +79,7 @@ class Broker:
             settings = settings.replace(web_service_port=0)
         self.settings = settings
         self._file_ops = storage_file_ops
+        self._dispatch_options = dispatch_options
         self._storage: DiskStorage | None = None
         self._thread: threading.Thread | None = None
         self._hub: Any = None
@@ -238,7 +244,7 @@ class Broker:
                 cursor_flush_ms=settings.cursor_flush_ms,
                 file_ops=self._file_ops,
             )
-        self._broker_actor = BrokerActor.start(self.settings, self._storage)
+        self._broker_actor = BrokerActor.start(self.settings, self._storage, self._dispatch_options)
         if self._storage is not None:
             # Recover every stored topic now: torn tails are repaired and logged at start-up,
             # and retention knows every durable subscription before anyone acks.

@@ -29,6 +29,7 @@ from brokerlet.actors.messages import (
 )
 from brokerlet.config import Settings, load_settings
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
 from brokerlet.keyshared import KeySharedMeta
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.ledger import Entry
@@ -193,6 +194,7 @@ class Harness:
     sub_type: int = pb.CommandSubscribe.Shared
     rate_limiters: list[Any] = field(default_factory=list)
     manual_timers: bool = False  # timers wait for fire_timers() instead of real time
+    options: DispatchOptions = DEFAULT_OPTIONS
 
     def __post_init__(self) -> None:
         base = self.actor_class
@@ -230,6 +232,7 @@ class Harness:
             read_position=0,
             settings=self.settings,
             rate_limiters=self.rate_limiters,
+            options=self.options,
         )
         self.proxy = self.dispatcher.proxy()
         self._ids = 0

@@ -18,6 +18,7 @@ from brokerlet.actors.messages import (
 )
 from brokerlet.actors.topic import TopicActor
 from brokerlet.config import Settings
+from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
 from brokerlet.dispatch.ratelimit import DispatchRateLimiter
 from brokerlet.storage import CursorStore, DiskStorage, Ledger, MemoryLedger
 
@@ -29,9 +30,15 @@ log = logging.getLogger(__name__)
 class BrokerActor(GeventActor):
     """Owns the topics: each is created on first use (PRODUCER or SUBSCRIBE)."""
 
-    def __init__(self, settings: Settings, storage: DiskStorage | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        storage: DiskStorage | None = None,
+        dispatch_options: DispatchOptions = DEFAULT_OPTIONS,
+    ) -> None:
         super().__init__()
         self.settings = settings
+        self.dispatch_options = dispatch_options
         self.storage = storage
         self.topics: dict[str, pykka.ActorRef[TopicActor]] = {}
         self._ledger_ids = itertools.count(1)
@@ -64,7 +71,14 @@ class BrokerActor(GeventActor):
                 ledger, cursors = self.storage.open_topic(name)
             else:
                 ledger = MemoryLedger(next(self._ledger_ids))
-            topic = TopicActor.start(name, ledger, self.settings, self.rate_limiter, cursors)
+            topic = TopicActor.start(
+                name,
+                ledger,
+                self.settings,
+                self.rate_limiter,
+                cursors,
+                dispatch_options=self.dispatch_options,
+            )
             self.topics[name] = topic
             log.info("created topic %s (ledger %d)", name, ledger.ledger_id)
         return topic

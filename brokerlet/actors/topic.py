@@ -39,6 +39,7 @@ from brokerlet.actors.messages import (
     UnexpectedMessage,
 )
 from brokerlet.config import Settings
+from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
 from brokerlet.dispatch.ratelimit import DispatchRateLimiter
 from brokerlet.dispatch.stats import Rate
 from brokerlet.storage.cursor import Cursor
@@ -65,9 +66,12 @@ class TopicActor(GeventActor):
         settings: Settings,
         broker_limiter: DispatchRateLimiter | None = None,
         cursors: CursorStore | None = None,
+        *,
+        dispatch_options: DispatchOptions = DEFAULT_OPTIONS,
     ) -> None:
         super().__init__()
         self.name = name
+        self.dispatch_options = dispatch_options
         self.cursors = cursors  # durable subscriptions' acknowledgements, with a disk ledger
         self.saved: dict[str, tuple[int, list[int]]] = {}
         self.ledger = ledger
@@ -217,6 +221,7 @@ class TopicActor(GeventActor):
             settings=self.settings,
             rate_limiters=self.rate_limiters,
             cursor_store=self.cursors if message.durable else None,
+            options=self.dispatch_options,
         )
         self.subscriptions[message.subscription] = dispatcher
         self.mark_deletes[message.subscription] = cursor.mark_delete

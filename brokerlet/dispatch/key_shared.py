@@ -26,12 +26,15 @@ import base64
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from brokerlet.actors.errors import BrokerError
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import Consumer
+from brokerlet.dispatch.delivery import DeliveryBook
 from brokerlet.dispatch.replay import ReplaySet
+from brokerlet.dispatch.strategy import BACK_OFF, KEY_SHARED, NOTHING, Deliver, ReadPlan, Strategy
 from brokerlet.keyshared import (
     ConsumerAssignError,
     DrainingHashesTracker,
@@ -45,7 +48,7 @@ from brokerlet.keyshared.meta import AUTO_SPLIT, STICKY
 from brokerlet.storage.ledger import Entry
 from brokerlet.transport.protocol import parse_metadata, pb
 
-__all__ = ["KeySharedRules", "entry_key_hash"]
+__all__ = ["KeySharedRules", "KeySharedStrategy", "entry_key_hash"]
 
 log = logging.getLogger(__name__)
 
@@ -286,3 +289,91 @@ class KeySharedRules:
             "allowOutOfOrderDelivery": self.meta.allow_out_of_order,
             "drainingHashesCount": len(self.draining),
         }
+
+
+class KeySharedStrategy(Strategy):
+    """Key_Shared as a dispatcher's strategy: :class:`KeySharedRules` on the delivery book.
+
+    Reading differs from Shared in three ways: a replay read takes only the entries whose
+    consumer can take them now; a normal read looks ahead past held-back entries, but only
+    while the replay set is under the look-ahead limit (else it backs off); and a replay read
+    that could overtake an entry redelivered meanwhile is discarded (the order guard).
+    """
+
+    def __init__(
+        self,
+        book: DeliveryBook,
+        meta: KeySharedMeta,
+        settings: Settings,
+        on_unblocked: Callable[[], None],
+    ) -> None:
+        super().__init__(book, KEY_SHARED)
+        self.rules = KeySharedRules(meta, settings, on_unblocked)
+        self._min_replayed = -1  # the replay set's head when the last replay read was planned
+
+    def add(self, consumer: Consumer) -> None:
+        super().add(consumer)
+        meta = consumer.key_shared or KeySharedMeta()
+        if self.book.consumers:
+            self.rules.check_compatible(meta)
+        self.rules.add_consumer(consumer, meta)
+
+    def remove(self, consumer: Consumer) -> None:
+        self.rules.remove_consumer(consumer)
+
+    def candidates(self) -> Sequence[Consumer]:
+        return self.book.consumers
+
+    def plan_read(self, batch: int) -> ReadPlan:
+        book = self.book
+        replay = book.replay
+        budgets = book.budgets()
+        if replay:
+            ids = self.rules.select_replay(replay, dict(budgets), batch)
+            if ids:
+                self._min_replayed = replay.first()
+                return ReadPlan(replay_ids=ids)
+            # Nothing in the replay set can go out now: look ahead with a normal read.
+        if book.blocked_on_unacked:
+            return NOTHING
+        limit = self.rules.look_ahead_limit(len(book.consumers))
+        if len(replay) >= limit or not any(b > 0 for b in budgets.values()):
+            return BACK_OFF
+        return ReadPlan(count=min(batch, max(limit - len(replay), 1)))
+
+    def replay_ready(self) -> bool:
+        replay = self.book.replay
+        return bool(replay) and bool(self.rules.select_replay(replay, self.book.budgets(), 1))
+
+    def replay_stale(self) -> bool:
+        replay = self.book.replay
+        return bool(replay) and replay.first() < self._min_replayed
+
+    def assign(
+        self, entries: list[Entry], deliver: Deliver, *, replay: bool
+    ) -> list[tuple[Entry, int]]:
+        rules = self.rules
+        waiting = self.book.replay
+        if replay:
+            rules.remember(entries, waiting)
+        batches, held = rules.assign(entries, self.book.budgets(), waiting, from_replay=replay)
+        for consumer, batch in batches.items():
+            deliver(consumer, batch, sum(e.num_messages for e in batch))
+        rules.forget_read(entry for entry, _ in held)
+        return held
+
+    def delivered(self, consumer: Consumer, batch: list[Entry]) -> None:
+        for entry in batch:
+            self.rules.delivered(consumer, entry)
+
+    def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:
+        return self.rules.released(consumer, entry_id, closing=closing)
+
+    def ack_scope(self) -> AbstractContextManager[object]:
+        return self.rules.draining.batch()  # one unblock notification per ACK
+
+    def consumer_stats(self, consumer: Consumer) -> dict[str, Any]:
+        return self.rules.consumer_stats(consumer)
+
+    def stats(self) -> dict[str, Any]:
+        return self.rules.stats()
