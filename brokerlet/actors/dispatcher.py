@@ -29,7 +29,6 @@ import pykka
 
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.messages import (
     Ack,
     AddConsumer,
@@ -55,21 +54,18 @@ from brokerlet.actors.messages import (
 )
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import Consumer
-from brokerlet.dispatch.delivery import DeliveryBook
 from brokerlet.dispatch.filters import DeliveryFilter, SkipSettled
 from brokerlet.dispatch.key_shared import KeySharedRules, KeySharedStrategy
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
-from brokerlet.dispatch.permits import PermitTotal
 from brokerlet.dispatch.ratelimit import DispatchRateLimiter, limiters_allowance, limiters_wait
 from brokerlet.dispatch.read_backoff import ReadBackoff
 from brokerlet.dispatch.replay import ReplaySet
 from brokerlet.dispatch.stats import Cancellable, SubscriptionStats
 from brokerlet.dispatch.strategy import Strategy
-from brokerlet.dispatch.types import strategy_for
+from brokerlet.dispatch.subscription import Removal, Subscription
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry
-from brokerlet.transport.protocol import pb
 
 if TYPE_CHECKING:
     from brokerlet.actors.topic import TopicActor
@@ -119,12 +115,19 @@ class Dispatcher:
         self.settings = settings
         self.options = options
 
-        self.book = DeliveryBook(
-            settings, cursor, durable=durable, writability_gating=options.writability_gating
+        self.subscription = Subscription(
+            name,
+            settings,
+            cursor,
+            ledger_id=ledger_id,
+            sub_type=sub_type,
+            durable=durable,
+            options=options,
+            on_hashes_unblocked=self._schedule_unblock,
         )
-        self.strategy = Strategy(self.book, sub_type)  # no consumer yet
+        self.book = self.subscription.book
+        self.total_permits = self.subscription.total_permits
         self.filters: list[DeliveryFilter] = [SkipSettled(cursor, self.book.replay)]
-        self.total_permits = PermitTotal()
         self.reads_issued = 0
         self.read_passes = 0  # wake-ups of the read loop, productive or not
         self._stats = SubscriptionStats()
@@ -193,6 +196,10 @@ class Dispatcher:
     # The state tests and stats look at, kept in the delivery book and the strategy.
 
     @property
+    def strategy(self) -> Strategy:
+        return self.subscription.strategy
+
+    @property
     def sub_type(self) -> int:
         return self.strategy.sub_type
 
@@ -224,52 +231,24 @@ class Dispatcher:
     # Membership.
 
     def _add_consumer(self, message: AddConsumer) -> None:
-        consumer = message.consumer
-        book = self.book
-        strategy = self.strategy
-        if not book.consumers:  # the first consumer sets the subscription's type
-            strategy = strategy_for(consumer, book, self.settings, self._schedule_unblock)
-        strategy.add(consumer)  # raises BrokerError to refuse it
-        self._use(strategy)
-        consumer.attach(self.total_permits, self.gate)
-        book.consumers.append(consumer)
-        book.consumers.sort(key=lambda c: c.priority)  # stable: joining order within a level
-        self._membership_changed()
-        log.debug("%s: added %r", self, consumer)
+        if self.subscription.add(message.consumer, self.gate):
+            self._wake_for_replay()
+        log.debug("%s: added %r", self, message.consumer)
         self.gate.request()
 
     def _remove_consumer(self, message: RemoveConsumer) -> None:
-        consumer = message.consumer
-        book = self.book
-        if message.unsubscribe and any(c is not consumer for c in book.consumers):
-            raise BrokerError(
-                pb.MetadataError, f"Subscription {self.name!r} has other connected consumers"
-            )
-        if not consumer.detach():
-            return  # removed already: its pending entries were released then
-        book.consumers.remove(consumer)
-        book.release_pending(consumer, closing=True)
-        self.strategy.remove(consumer)
-        log.debug("%s: removed %r", self, consumer)
-        if not book.consumers:
-            self._rewind()
-            if not self.durable or message.unsubscribe:
-                if message.unsubscribe:
-                    self._cursor_dirty = False  # deleted, not saved
-                self.topic.tell(SubscriptionClosed(self.name, self.actor_ref, deleted=True))
+        removal = self.subscription.remove(message.consumer, unsubscribe=message.unsubscribe)
+        if removal is Removal.ALREADY_GONE:
             return
-        self._membership_changed()
-        self._wake_for_replay()
-
-    def _membership_changed(self) -> None:
-        moved = self.strategy.membership_changed()
-        if moved is not None:
-            self.book.release_pending(moved, count_redelivery=False)
+        log.debug("%s: removed %r", self, message.consumer)
+        if removal is Removal.OTHERS_REMAIN:
             self._wake_for_replay()
-
-    def _use(self, strategy: Strategy) -> None:
-        self.strategy = strategy
-        self.book.hooks = strategy
+            return
+        self._rewind()
+        if not self.durable or message.unsubscribe:
+            if message.unsubscribe:
+                self._cursor_dirty = False  # deleted, not saved
+            self.topic.tell(SubscriptionClosed(self.name, self.actor_ref, deleted=True))
 
     def _seek(self, message: Seek) -> list[Consumer]:
         """Disconnect every consumer, forget in-flight state, and restart at ``entry_id``.
@@ -278,10 +257,7 @@ class Dispatcher:
         receiver queue), so no permits stay charged for messages the client dropped. Returns
         the requester's own consumers: it closes those itself, before answering the seek.
         """
-        closed = list(self.book.consumers)
-        for consumer in closed:
-            consumer.detach()
-        self.book.forget_all()
+        closed = self.subscription.close_all()
         self.cursor.reset(message.entry_id - 1)
         self._rewind()  # reads start again at entry_id
         self._cursor_changed()
@@ -292,10 +268,9 @@ class Dispatcher:
         return [c for c in closed if c.connection is message.requester]
 
     def _rewind(self) -> None:
-        """No consumer is left: forget the in-flight state and re-read from the mark-delete."""
+        """No consumer is left: cancel the read in flight and re-read from the mark-delete."""
         self._cancel_pending_read()
-        self.book.replay.clear()
-        self._use(Strategy(self.book, self.sub_type))
+        self.subscription.rewind()
         self.read_position = self.cursor.mark_delete + 1
 
     # The read loop.
@@ -434,22 +409,15 @@ class Dispatcher:
     # Acknowledgements and redelivery.
 
     def _ack(self, message: Ack) -> None:
-        entry_ids = [e for ledger, e in message.positions if ledger == self.ledger_id]
-        if not entry_ids or (message.cumulative and not self.strategy.cumulative_acks):
-            return  # Pulsar ignores cumulative acks on Shared subscriptions
-        with self.strategy.ack_scope():
-            moved = self.book.ack(entry_ids, cumulative=message.cumulative)
+        moved = self.subscription.ack(message.positions, cumulative=message.cumulative)
+        if moved is None:
+            return
         if moved:
             self.topic.tell(MarkDeleteMoved(self.name, self.cursor.mark_delete))
         self._cursor_changed()
 
     def _redeliver(self, message: Redeliver) -> None:
-        consumer = message.consumer
-        if message.positions is None:
-            ids: list[int] = list(consumer.pending)
-        else:
-            ids = [e for ledger, e in message.positions if ledger == self.ledger_id]
-        self.book.redeliver(consumer, ids)
+        self.subscription.redeliver(message.consumer, message.positions)
         self._wake_for_replay()
 
     def _schedule_unblock(self) -> None:
