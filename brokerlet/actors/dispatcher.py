@@ -83,7 +83,7 @@ class Dispatcher:
     on cooperative scheduling. Subclasses provide :meth:`call_later`.
     """
 
-    actor_ref: pykka.ActorRef[Any]
+    actor_ref: pykka.ActorRef[DispatcherActor]  # or a test runtime's actor of this class
 
     def __init__(
         self,
@@ -145,7 +145,7 @@ class Dispatcher:
         self._retry: Cancellable | None = None
         self._unblock_timer: Cancellable | None = None
         self._writes_in_flight = 0  # only counted with the completion barrier
-        self._gate: ConflatedTell | None = None
+        self._gate: ConflatedTell[DispatcherActor] | None = None
         self._handlers: dict[type, Callable[[Any], Any]] = {
             ReadMore: self._read_more,
             EntriesRead: self._entries_read,
@@ -189,7 +189,7 @@ class Dispatcher:
         return handler(message)
 
     @property
-    def gate(self) -> ConflatedTell:
+    def gate(self) -> ConflatedTell[DispatcherActor]:
         assert self._gate is not None
         return self._gate
 
@@ -497,7 +497,7 @@ class _BatchWrittenNotice:
 
     __slots__ = ("_actor_ref",)
 
-    def __init__(self, actor_ref: pykka.ActorRef[Any]) -> None:
+    def __init__(self, actor_ref: pykka.ActorRef[DispatcherActor]) -> None:
         self._actor_ref = actor_ref
 
     def request(self) -> None:

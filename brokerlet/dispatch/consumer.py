@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from brokerlet.dispatch.permits import PermitTotal
 from brokerlet.dispatch.stats import Rate
 
 if TYPE_CHECKING:
+    import pykka
+
     from brokerlet.actors._conflate import ConflatedTell
+    from brokerlet.actors.connection import ConnectionActor
+    from brokerlet.actors.dispatcher import DispatcherActor
+    from brokerlet.actors.eventloop import EventLoopActor
     from brokerlet.keyshared import KeySharedMeta
     from brokerlet.transport.channel import Channel
 
@@ -40,11 +45,12 @@ class ConnectionHandle:
 
     peer: str
     channel: Channel
-    event_loop: Any  # pykka.ActorRef of the EventLoopActor that owns this channel's I/O tasks
-    actor: Any = None  # pykka.ActorRef of the ConnectionActor, for broker-initiated closes
+    event_loop: pykka.ActorRef[EventLoopActor]  # owns this channel's I/O tasks
+    actor: pykka.ActorRef[ConnectionActor] | None = None  # for broker-initiated closes
     consumers: tuple[Consumer, ...] = ()
     closed: bool = False
-    writable_notice: ConflatedTell | None = None  # WritabilityChanged to ``event_loop``, conflated
+    # WritabilityChanged to ``event_loop``, conflated.
+    writable_notice: ConflatedTell[EventLoopActor] | None = None
 
     def channel_writability_changed(self, writable: bool) -> None:
         """The channel's callback; runs on the I/O path, so it only queues a notification."""
@@ -63,7 +69,7 @@ class Consumer:
     sub_type: int
     priority: int
     connection: ConnectionHandle
-    read_gate: ConflatedTell | None = None  # the dispatcher's conflated read request
+    read_gate: ConflatedTell[DispatcherActor] | None = None  # the dispatcher's read request
     key_shared: KeySharedMeta | None = None  # Key_Shared options from SUBSCRIBE
 
     # Dispatcher-owned state.
@@ -144,7 +150,7 @@ class Consumer:
             if self._total is not None:
                 self._total.add(-messages)
 
-    def attach(self, total: PermitTotal, read_gate: ConflatedTell) -> None:
+    def attach(self, total: PermitTotal, read_gate: ConflatedTell[DispatcherActor]) -> None:
         """Start accounting: the balance so far joins the dispatcher's total."""
         with self._lock:
             self.read_gate = read_gate

@@ -25,6 +25,7 @@ from brokerlet.transport.protocol import pb
 
 if TYPE_CHECKING:
     from brokerlet.actors._conflate import ConflatedTell
+    from brokerlet.actors.dispatcher import DispatcherActor
 
 __all__ = ["Removal", "Subscription"]
 
@@ -75,7 +76,7 @@ class Subscription:
 
     # Membership.
 
-    def add(self, consumer: Consumer, read_gate: ConflatedTell) -> bool:
+    def add(self, consumer: Consumer, read_gate: ConflatedTell[DispatcherActor]) -> bool:
         """Join ``consumer`` (BrokerError if it may not); True if entries moved to replay."""
         book = self.book
         strategy = self.strategy
