@@ -1,0 +1,211 @@
+"""dispatch/ without an actor or a socket: strategies, the delivery book, shared token buckets,
+the layout rule that keeps gevent out, and actors refusing messages they do not handle."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pykka
+import pytest
+
+from brokerlet.actors._runtime import GeventActor
+from brokerlet.actors.broker import BrokerActor
+from brokerlet.actors.connection import ConnectionActor
+from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.actors.messages import UnexpectedMessage
+from brokerlet.actors.topic import TopicActor
+from brokerlet.config import load_settings
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+from brokerlet.dispatch.delivery import DeliveryBook
+from brokerlet.dispatch.ratelimit import TokenBucket
+from brokerlet.dispatch.shared import SharedStrategy
+from brokerlet.dispatch.single_active import SingleActiveStrategy
+from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, SHARED
+from brokerlet.storage import MemoryLedger
+from brokerlet.storage.cursor import Cursor
+from brokerlet.storage.ledger import Entry
+from tests.dispatch_harness import FakeChannel, Harness
+
+DISPATCH = Path(__file__).resolve().parent.parent / "brokerlet" / "dispatch"
+
+
+def make_book(durable: bool = True) -> DeliveryBook:
+    return DeliveryBook(load_settings(env={}), Cursor(-1), durable=durable, writability_gating=True)
+
+
+def join(
+    book: DeliveryBook, name: str, sub_type: int, priority: int = 0, permits: int = 0
+) -> Consumer:
+    handle = ConnectionHandle(peer=name, channel=FakeChannel(), event_loop=None)  # type: ignore[arg-type]
+    consumer = Consumer(len(book.consumers) + 1, name, "t", "s", sub_type, priority, handle)
+    consumer.flow(permits)
+    book.consumers.append(consumer)
+    book.consumers.sort(key=lambda c: c.priority)
+    return consumer
+
+
+def entries(count: int) -> list[Entry]:
+    return [Entry(1, i, b"x", 0, 1) for i in range(count)]
+
+
+class Recorder:
+    def __init__(self, book: DeliveryBook) -> None:
+        self.book = book
+        self.batches: list[tuple[str, list[int]]] = []
+
+    def __call__(self, consumer: Consumer, batch: list[Entry], messages: int) -> None:
+        self.book.record(consumer, batch, messages)
+        self.batches.append((consumer.name, [e.entry_id for e in batch]))
+
+
+def test_shared_hands_out_round_robin_chunks_within_each_budget() -> None:
+    book = make_book()
+    join(book, "a", SHARED, permits=100)
+    join(book, "b", SHARED, permits=3)
+    deliver = Recorder(book)
+    held = SharedStrategy(book, chunk=2).assign(entries(9), deliver, replay=False)
+    assert deliver.batches == [
+        ("a", [0, 1]),
+        ("b", [2, 3]),
+        ("a", [4, 5]),
+        ("b", [6]),
+        ("a", [7, 8]),
+    ]
+    assert held == []
+
+
+def test_shared_serves_a_higher_priority_level_only_when_the_lower_cannot_take_any() -> None:
+    book = make_book()
+    low = join(book, "low", SHARED, priority=0, permits=2)
+    join(book, "high", SHARED, priority=1, permits=10)
+    deliver = Recorder(book)
+    SharedStrategy(book, chunk=10).assign(entries(5), deliver, replay=False)
+    assert deliver.batches == [("low", [0, 1]), ("high", [2, 3, 4])]
+    assert low.permits == 0
+
+
+def test_failover_picks_the_lowest_priority_then_the_lowest_name_and_moves_pending() -> None:
+    book = make_book()
+    strategy = SingleActiveStrategy(book, FAILOVER)
+    zed = join(book, "zed", FAILOVER, permits=10)
+    assert strategy.membership_changed() is None
+    assert strategy.candidates() == (zed,)
+    deliver = Recorder(book)
+    strategy.assign(entries(3), deliver, replay=False)
+    assert deliver.batches == [("zed", [0, 1, 2])]
+    alpha = join(book, "alpha", FAILOVER)
+    assert strategy.membership_changed() is zed, "zed's unacked entries must move to alpha"
+    assert strategy.candidates() == (alpha,)
+    join(book, "first", FAILOVER, priority=-1)
+    strategy.membership_changed()
+    assert strategy.active is not None
+    assert strategy.active.name == "first"
+
+
+def test_exclusive_refuses_a_second_consumer() -> None:
+    book = make_book()
+    strategy = SingleActiveStrategy(book, EXCLUSIVE)
+    first = join(book, "first", EXCLUSIVE)
+    strategy.membership_changed()
+    with pytest.raises(Exception, match="Exclusive consumer is already connected"):
+        strategy.add(Consumer(9, "second", "t", "s", EXCLUSIVE, 0, first.connection))
+
+
+def test_the_unacked_limit_blocks_a_consumer_until_acks_bring_it_to_half() -> None:
+    settings = load_settings(env={}, overrides={"max_unacked_messages_per_consumer": 4})
+    book = DeliveryBook(settings, Cursor(-1), durable=True, writability_gating=True)
+    consumer = join(book, "c", SHARED, permits=100)
+    assert book.budget(consumer) == 4
+    book.record(consumer, entries(4), 4)
+    assert consumer.blocked
+    assert not book.available(consumer)
+    book.ack([0], cumulative=False)
+    assert consumer.blocked, "3 unacked is above half the limit"
+    book.ack([1], cumulative=False)
+    assert not consumer.blocked
+    assert book.available(consumer)
+
+
+def test_a_shared_token_bucket_loses_no_charge_to_racing_threads() -> None:
+    """Topic and broker buckets are charged by many dispatchers: the bucket's lock must hold
+    on real threads (with a frozen clock nothing refills, so every charge must show)."""
+    bucket = TokenBucket(1_000_000, clock=lambda: 0.0)
+    threads = [
+        threading.Thread(target=lambda: [bucket.charge(1) for _ in range(20_000)]) for _ in range(8)
+    ]
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as CPython allows
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        sys.setswitchinterval(previous)
+    assert not any(t.is_alive() for t in threads)
+    assert bucket.tokens == 1_000_000 - 8 * 20_000
+
+
+def test_dispatch_modules_import_nothing_from_gevent() -> None:
+    """dispatch/ is runtime-free: no gevent, and Pykka or the actors only for type names."""
+    for path in sorted(DISPATCH.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        type_only: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
+                type_only.update(id(child) for child in ast.walk(node))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Import | ast.ImportFrom) or id(node) in type_only:
+                continue
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+            for name in names:
+                assert not name.startswith("gevent"), f"{path.name} imports {name}"
+                assert not name.startswith("pykka"), f"{path.name} imports {name}"
+                allowed = name == "brokerlet.actors.errors"
+                assert allowed or not name.startswith("brokerlet.actors"), f"{path.name}: {name}"
+
+
+class Unknown:
+    def __repr__(self) -> str:
+        return "<Unknown>"
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    h = Harness(GeventActor)
+    yield h
+    h.stop()
+
+
+def test_every_actor_refuses_a_message_it_has_no_handler_for(harness: Harness) -> None:
+    settings = load_settings(env={})
+    broker = BrokerActor.start(settings)
+    loop = EventLoopActor.start(0)
+    handle = ConnectionHandle(peer="p", channel=FakeChannel(), event_loop=loop)  # type: ignore[arg-type]
+    refs: list[pykka.ActorRef[pykka.Actor]] = [
+        broker,
+        loop,
+        TopicActor.start("persistent://public/default/t", MemoryLedger(1), settings),
+        ConnectionActor.start(
+            handle=handle,
+            broker=broker,
+            settings=settings,
+            advertised_url="pulsar://127.0.0.1:6650",
+            close_socket=lambda _reason: None,
+        ),
+    ]
+    try:
+        for ref in [*refs, harness.dispatcher]:
+            with pytest.raises(UnexpectedMessage, match="has no handler for <Unknown>"):
+                ref.ask(Unknown(), block=True, timeout=5)
+    finally:
+        for ref in reversed(refs):
+            ref.stop(block=True, timeout=5)
