@@ -15,7 +15,8 @@ from typing import Any
 import gevent
 import pykka
 
-from brokerlet.actors.dispatcher import Dispatcher, GreenletTimer
+from brokerlet.actors._runtime import GreenletTimer
+from brokerlet.actors.dispatcher import Dispatcher
 from brokerlet.actors.messages import (
     AddConsumer,
     CancelRead,

@@ -28,7 +28,7 @@ import gevent
 import pykka
 
 from brokerlet.actors._conflate import ConflatedTell
-from brokerlet.actors._runtime import GeventActor
+from brokerlet.actors._runtime import GeventActor, GreenletTimer
 from brokerlet.actors.messages import (
     Ack,
     AddConsumer,
@@ -54,6 +54,7 @@ from brokerlet.actors.messages import (
 )
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import Consumer
+from brokerlet.dispatch.cursor_saver import CursorSaver
 from brokerlet.dispatch.filters import DeliveryFilter, SkipSettled
 from brokerlet.dispatch.key_shared import KeySharedRules, KeySharedStrategy
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
@@ -70,7 +71,7 @@ from brokerlet.storage.ledger import Entry
 if TYPE_CHECKING:
     from brokerlet.actors.topic import TopicActor
 
-__all__ = ["Dispatcher", "DispatcherActor", "GreenletTimer"]
+__all__ = ["Dispatcher", "DispatcherActor"]
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +103,7 @@ class Dispatcher:
         options: DispatchOptions = DEFAULT_OPTIONS,
     ) -> None:
         super().__init__()
-        self.cursor_store = cursor_store
-        self._cursor_dirty = cursor_store is not None  # a new durable subscription is saved
+        self.cursor_saver = CursorSaver(cursor_store, name, cursor)
         self._persist_timer: Cancellable | None = None
         self.topic = topic
         self.topic_name = topic_name
@@ -156,7 +156,7 @@ class Dispatcher:
             Seek: self._seek,
             HashesUnblocked: lambda _: self._wake_for_replay(),
             BatchWritten: self._batch_written,
-            PersistCursor: lambda _: self._persist_cursor(),
+            PersistCursor: lambda _: self.cursor_saver.save(),
             GetStats: lambda _: self.stats(),
             GetMarkDelete: lambda _: self.cursor.mark_delete,
         }
@@ -166,12 +166,10 @@ class Dispatcher:
     def on_start(self) -> None:
         self._gate = ConflatedTell(self.actor_ref, ReadMore())
         self.book.wake = self._gate.request
-        if self._cursor_dirty:
-            self._persist_cursor()
+        self.cursor_saver.save()
 
     def on_stop(self) -> None:
-        if self._cursor_dirty:
-            self._persist_cursor()
+        self.cursor_saver.save()
         for timer in (self._retry, self._unblock_timer, self._persist_timer):
             if timer is not None:
                 timer.cancel()
@@ -198,14 +196,6 @@ class Dispatcher:
     @property
     def strategy(self) -> Strategy:
         return self.subscription.strategy
-
-    @property
-    def sub_type(self) -> int:
-        return self.strategy.sub_type
-
-    @property
-    def consumers(self) -> list[Consumer]:
-        return self.book.consumers
 
     @property
     def replay(self) -> ReplaySet:
@@ -247,7 +237,7 @@ class Dispatcher:
         self._rewind()
         if not self.durable or message.unsubscribe:
             if message.unsubscribe:
-                self._cursor_dirty = False  # deleted, not saved
+                self.cursor_saver.forget()  # deleted, not saved
             self.topic.tell(SubscriptionClosed(self.name, self.actor_ref, deleted=True))
 
     def _seek(self, message: Seek) -> list[Consumer]:
@@ -429,23 +419,15 @@ class Dispatcher:
             tell = self.actor_ref.tell
             self._unblock_timer = self.call_later(interval / 1000, lambda: tell(HashesUnblocked()))
 
-    # The cursor store.
-
     def _cursor_changed(self) -> None:
         """Save the cursor soon: at most once per ``cursor_flush_ms``, whatever the ack rate."""
-        if self.cursor_store is None:
-            return
-        self._cursor_dirty = True
-        if self._persist_timer is None or self._persist_timer.done:
+        if self.cursor_saver.changed() and (
+            self._persist_timer is None or self._persist_timer.done
+        ):
             tell = self.actor_ref.tell
             self._persist_timer = self.call_later(
                 self.settings.cursor_flush_ms / 1000, lambda: tell(PersistCursor())
             )
-
-    def _persist_cursor(self) -> None:
-        if self.cursor_store is not None and self._cursor_dirty:
-            self._cursor_dirty = False
-            self.cursor_store.save(self.name, self.cursor.mark_delete, self.cursor.acked_ids())
 
     # Observability.
 
@@ -474,22 +456,6 @@ class DispatcherActor(Dispatcher, GeventActor):
 
     def call_later(self, seconds: float, func: Callable[[], object]) -> Cancellable:
         return GreenletTimer(gevent.spawn_later(seconds, func))
-
-
-class GreenletTimer:
-    """A ``call_later`` handle on gevent."""
-
-    __slots__ = ("_greenlet",)
-
-    def __init__(self, greenlet: gevent.Greenlet) -> None:
-        self._greenlet = greenlet
-
-    @property
-    def done(self) -> bool:
-        return bool(self._greenlet.dead)
-
-    def cancel(self) -> None:
-        self._greenlet.kill(block=False)
 
 
 class _BatchWrittenNotice:
