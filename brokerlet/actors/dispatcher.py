@@ -38,7 +38,6 @@ from brokerlet.actors.messages import (
     EntriesRead,
     GetMarkDelete,
     GetStats,
-    HashesUnblocked,
     MarkDeleteMoved,
     PersistCursor,
     ReadEntries,
@@ -46,6 +45,7 @@ from brokerlet.actors.messages import (
     ReadMore,
     Redeliver,
     RemoveConsumer,
+    ReplayReady,
     Seek,
     SendMessages,
     SubscriptionClosed,
@@ -123,7 +123,7 @@ class Dispatcher:
             sub_type=sub_type,
             durable=durable,
             options=options,
-            on_hashes_unblocked=self._schedule_unblock,
+            wake_after=self._wake_after,
         )
         self.book = self.subscription.book
         self.total_permits = self.subscription.total_permits
@@ -143,7 +143,7 @@ class Dispatcher:
         self.pending_read: str | None = None  # None, "normal" or "replay"
         self.backoff = ReadBackoff(settings)
         self._retry: Cancellable | None = None
-        self._unblock_timer: Cancellable | None = None
+        self._replay_timer: Cancellable | None = None
         self._writes_in_flight = 0  # only counted with the completion barrier
         self._gate: ConflatedTell[DispatcherActor] | None = None
         self._handlers: dict[type, Callable[[Any], Any]] = {
@@ -154,7 +154,7 @@ class Dispatcher:
             AddConsumer: self._add_consumer,
             RemoveConsumer: self._remove_consumer,
             Seek: self._seek,
-            HashesUnblocked: lambda _: self._wake_for_replay(),
+            ReplayReady: lambda _: self._wake_for_replay(),
             BatchWritten: self._batch_written,
             PersistCursor: lambda _: self.cursor_saver.save(),
             GetStats: lambda _: self.stats(),
@@ -170,7 +170,7 @@ class Dispatcher:
 
     def on_stop(self) -> None:
         self.cursor_saver.save()
-        for timer in (self._retry, self._unblock_timer, self._persist_timer):
+        for timer in (self._retry, self._replay_timer, self._persist_timer):
             if timer is not None:
                 timer.cancel()
 
@@ -410,14 +410,14 @@ class Dispatcher:
         self.subscription.redeliver(message.consumer, message.positions)
         self._wake_for_replay()
 
-    def _schedule_unblock(self) -> None:
-        """A draining hash that blocked someone was released: read again soon (merged)."""
-        interval = self.settings.key_shared_unblocking_interval_ms
-        if interval <= 0:
+    def _wake_after(self, delay_ms: float) -> None:
+        """The strategy says replayed entries may go out after ``delay_ms``: read again then
+        (one timer at a time, so wake-ups meanwhile merge)."""
+        if delay_ms <= 0:
             self._wake_for_replay()
-        elif self._unblock_timer is None or self._unblock_timer.done:
+        elif self._replay_timer is None or self._replay_timer.done:
             tell = self.actor_ref.tell
-            self._unblock_timer = self.call_later(interval / 1000, lambda: tell(HashesUnblocked()))
+            self._replay_timer = self.call_later(delay_ms / 1000, lambda: tell(ReplayReady()))
 
     def _cursor_changed(self) -> None:
         """Save the cursor soon: at most once per ``cursor_flush_ms``, whatever the ack rate."""

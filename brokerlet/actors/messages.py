@@ -40,7 +40,6 @@ __all__ = [
     "GetStats",
     "GetTopic",
     "GetTopicStats",
-    "HashesUnblocked",
     "MarkDeleteMoved",
     "PersistCursor",
     "ReadEntries",
@@ -51,6 +50,7 @@ __all__ = [
     "Redeliver",
     "RemoveConsumer",
     "RemoveProducer",
+    "ReplayReady",
     "ResolvePosition",
     "Seek",
     "SendMessages",
@@ -315,8 +315,9 @@ class PersistCursor:
     """Time to write the subscription's acknowledgements to its cursor store."""
 
 
-class HashesUnblocked:
-    """Key_Shared: draining hashes were released; the unblocking interval has passed."""
+class ReplayReady:
+    """A strategy's delayed wake-up has come: replayed entries may go out now (Key_Shared:
+    draining hashes were released and the unblocking interval has passed)."""
 
 
 # EventLoopActor: a connection's I/O tasks.

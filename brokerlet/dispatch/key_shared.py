@@ -34,7 +34,15 @@ from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import Consumer
 from brokerlet.dispatch.delivery import DeliveryBook
 from brokerlet.dispatch.replay import ReplaySet
-from brokerlet.dispatch.strategy import BACK_OFF, KEY_SHARED, NOTHING, Deliver, ReadPlan, Strategy
+from brokerlet.dispatch.strategy import (
+    BACK_OFF,
+    KEY_SHARED,
+    NOTHING,
+    Deliver,
+    ReadPlan,
+    Strategy,
+    WakeAfter,
+)
 from brokerlet.keyshared import (
     ConsumerAssignError,
     DrainingHashesTracker,
@@ -305,10 +313,11 @@ class KeySharedStrategy(Strategy):
         book: DeliveryBook,
         meta: KeySharedMeta,
         settings: Settings,
-        on_unblocked: Callable[[], None],
+        wake_after: WakeAfter,
     ) -> None:
         super().__init__(book, KEY_SHARED)
-        self.rules = KeySharedRules(meta, settings, on_unblocked)
+        interval = settings.key_shared_unblocking_interval_ms
+        self.rules = KeySharedRules(meta, settings, lambda: wake_after(interval))
         self._min_replayed = -1  # the replay set's head when the last replay read was planned
 
     def add(self, consumer: Consumer) -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "Deliver",
     "ReadPlan",
     "Strategy",
+    "WakeAfter",
 ]
 
 SHARED = pb.CommandSubscribe.Shared
@@ -64,6 +65,10 @@ class ReadPlan:
 NOTHING = ReadPlan()
 BACK_OFF = ReadPlan(backoff=True)
 
+
+WakeAfter = Callable[[float], None]
+"""``wake_after(delay_ms)``: entries in the replay set may go out after ``delay_ms`` (0: now);
+the dispatcher reads again then, merging wake-ups while one is pending."""
 
 Deliver = Callable[[Consumer, list[Entry], int], None]
 """Carries out one batch: ``deliver(consumer, batch, messages)`` records it as pending at the

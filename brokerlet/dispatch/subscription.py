@@ -8,7 +8,7 @@ or ack message and then does what the answer asks (wake the read loop, tell the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -18,7 +18,7 @@ from brokerlet.dispatch.consumer import Consumer
 from brokerlet.dispatch.delivery import DeliveryBook
 from brokerlet.dispatch.options import DispatchOptions
 from brokerlet.dispatch.permits import PermitTotal
-from brokerlet.dispatch.strategy import Strategy
+from brokerlet.dispatch.strategy import Strategy, WakeAfter
 from brokerlet.dispatch.types import strategy_for
 from brokerlet.storage.cursor import Cursor
 from brokerlet.transport.protocol import pb
@@ -44,8 +44,8 @@ class Subscription:
     Args:
         name: the subscription's name (for errors).
         sub_type: its type until the first consumer sets it.
-        on_hashes_unblocked: Key_Shared calls it when a draining hash that blocked someone
-            is released.
+        wake_after: a strategy calls it when entries in the replay set may go out after a
+            delay (Key_Shared: a draining hash that blocked someone was released).
     """
 
     def __init__(
@@ -58,7 +58,7 @@ class Subscription:
         sub_type: int,
         durable: bool,
         options: DispatchOptions,
-        on_hashes_unblocked: Callable[[], None],
+        wake_after: WakeAfter,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -68,7 +68,7 @@ class Subscription:
         )
         self.strategy = Strategy(self.book, sub_type)  # no consumer yet
         self.total_permits = PermitTotal()
-        self._on_hashes_unblocked = on_hashes_unblocked
+        self._wake_after = wake_after
 
     @property
     def consumers(self) -> list[Consumer]:
@@ -81,7 +81,7 @@ class Subscription:
         book = self.book
         strategy = self.strategy
         if not book.consumers:  # the first consumer sets the subscription's type
-            strategy = strategy_for(consumer, book, self.settings, self._on_hashes_unblocked)
+            strategy = strategy_for(consumer, book, self.settings, self._wake_after)
         strategy.add(consumer)  # raises BrokerError to refuse it
         self._use(strategy)
         consumer.attach(self.total_permits, read_gate)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import Consumer
 from brokerlet.dispatch.delivery import DeliveryBook
 from brokerlet.dispatch.key_shared import KeySharedStrategy
 from brokerlet.dispatch.shared import SharedStrategy
 from brokerlet.dispatch.single_active import SingleActiveStrategy
-from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, KEY_SHARED, Strategy
+from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, KEY_SHARED, Strategy, WakeAfter
 from brokerlet.keyshared import KeySharedMeta
 
 __all__ = ["strategy_for"]
@@ -20,7 +18,7 @@ def strategy_for(
     first: Consumer,
     book: DeliveryBook,
     settings: Settings,
-    on_hashes_unblocked: Callable[[], None],
+    wake_after: WakeAfter,
 ) -> Strategy:
     """The strategy of a subscription whose first consumer is ``first``; its type (and, for
     Key_Shared, its mode) fixes the subscription's until every consumer has left."""
@@ -29,5 +27,5 @@ def strategy_for(
         return SingleActiveStrategy(book, sub_type)
     if sub_type == KEY_SHARED:
         meta = first.key_shared or KeySharedMeta()
-        return KeySharedStrategy(book, meta, settings, on_hashes_unblocked)
+        return KeySharedStrategy(book, meta, settings, wake_after)
     return SharedStrategy(book, settings.dispatcher_max_round_robin_batch_size)
