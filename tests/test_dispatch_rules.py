@@ -1,5 +1,6 @@
 """dispatch/ without an actor or a socket: strategies, the delivery book, shared token buckets,
-the layout rule that keeps gevent out, and actors refusing messages they do not handle."""
+the layout rule that keeps gevent out; and the actors' own rules: refusing messages they do
+not handle, and a broker-initiated close ordered after the consumer's queued messages."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import ast
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import gevent.event
 import pykka
 import pytest
 
@@ -16,7 +20,7 @@ from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.broker import BrokerActor
 from brokerlet.actors.connection import ConnectionActor
 from brokerlet.actors.eventloop import EventLoopActor
-from brokerlet.actors.messages import UnexpectedMessage
+from brokerlet.actors.messages import ConsumerClosedByBroker, SendMessages, UnexpectedMessage
 from brokerlet.actors.topic import TopicActor
 from brokerlet.config import load_settings
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
@@ -28,7 +32,8 @@ from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, SHARED
 from brokerlet.storage import MemoryLedger
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.ledger import Entry
-from tests.dispatch_harness import FakeChannel, Harness
+from brokerlet.transport.protocol import FrameDecoder, pb
+from tests.dispatch_harness import Block, FakeChannel, Harness, Noop, make_entry
 
 DISPATCH = Path(__file__).resolve().parent.parent / "brokerlet" / "dispatch"
 
@@ -208,4 +213,80 @@ def test_every_actor_refuses_a_message_it_has_no_handler_for(harness: Harness) -
                 ref.ask(Unknown(), block=True, timeout=5)
     finally:
         for ref in reversed(refs):
+            ref.stop(block=True, timeout=5)
+
+
+class RecordingChannel:
+    """Records each write's bytes, in the order the channel would send them."""
+
+    def __init__(self) -> None:
+        self.writable = True
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes | list[bytes], callback: Any = None) -> None:
+        self.writes.append(data if isinstance(data, bytes) else b"".join(data))
+        if callback is not None:
+            callback(None)
+
+
+class HoldableLoop(EventLoopActor):
+    def on_receive(self, message: Any) -> None:
+        if isinstance(message, Block):
+            message.entered.set()
+            message.release.wait(10)
+        elif not isinstance(message, Noop):
+            super().on_receive(message)
+
+
+@dataclass(frozen=True)
+class Register:
+    consumer: Consumer
+
+
+class ConnectionWithConsumer(ConnectionActor):
+    """A connection actor that is handed a consumer without a SUBSCRIBE round trip."""
+
+    def on_receive(self, message: Any) -> None:
+        if isinstance(message, Register):
+            self.consumers[message.consumer.consumer_id] = message.consumer
+        else:
+            super().on_receive(message)
+
+
+class NoCompletion:
+    def request(self) -> None:
+        pass
+
+
+def test_a_broker_initiated_close_follows_the_consumers_queued_messages() -> None:
+    """CLOSE_CONSUMER goes through the connection's event loop, behind the MESSAGE frames
+    already queued there for the consumer, so the client never sees a message after the
+    close of its consumer."""
+    settings = load_settings(env={})
+    channel = RecordingChannel()
+    loop = HoldableLoop.start(0)
+    handle = ConnectionHandle(peer="p", channel=channel, event_loop=loop)  # type: ignore[arg-type]
+    broker = BrokerActor.start(settings)
+    connection = ConnectionWithConsumer.start(
+        handle=handle,
+        broker=broker,
+        settings=settings,
+        advertised_url="pulsar://127.0.0.1:6650",
+        close_socket=lambda _reason: None,
+    )
+    consumer = Consumer(1, "c", "t", "s", SHARED, 0, handle)
+    try:
+        connection.ask(Register(consumer), block=True, timeout=5)
+        entered, release = gevent.event.Event(), gevent.event.Event()
+        loop.tell(Block(entered, release))
+        assert entered.wait(5)
+        loop.tell(SendMessages(consumer, [make_entry(0)], [0], NoCompletion()))
+        connection.ask(ConsumerClosedByBroker(consumer), block=True, timeout=5)
+        release.set()
+        loop.ask(Noop(), block=True, timeout=5)
+        decoder = FrameDecoder(1 << 20)
+        kinds = [f.command.type for write in channel.writes for f in decoder.feed(write)]
+        assert kinds == [pb.BaseCommand.MESSAGE, pb.BaseCommand.CLOSE_CONSUMER]
+    finally:
+        for ref in (connection, broker, loop):
             ref.stop(block=True, timeout=5)

@@ -46,6 +46,7 @@ from brokerlet.actors.messages import (
     Seek,
     Subscribe,
     UnexpectedMessage,
+    WriteAfterMessages,
 )
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
@@ -546,23 +547,26 @@ class ConnectionActor(GeventActor):
         own_consumers: list[Consumer] = self._dispatcher_of(consumer).ask(
             Seek(entry_id, self.handle), block=True
         )
-        for own in own_consumers:
-            self._closed_by_broker(own)
-        self._success(request.request_id)
+        frames = [frame for own in own_consumers for frame in self._forget_closed(own)]
+        success = T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request.request_id))
+        frames.append(encode_command(success))
+        # After the MESSAGE frames of the closed consumers, then the answer.
+        self.handle.event_loop.tell(WriteAfterMessages(self.handle, frames))
 
     def _closed_by_broker(self, consumer: Consumer) -> None:
+        frames = self._forget_closed(consumer)
+        if frames:
+            # Through the event loop, so it follows the MESSAGE frames queued there for it.
+            self.handle.event_loop.tell(WriteAfterMessages(self.handle, frames))
+
+    def _forget_closed(self, consumer: Consumer) -> list[bytes]:
+        """Drop a consumer the broker closed; the CLOSE_CONSUMER frame to send, if it was ours."""
         if self.consumers.get(consumer.consumer_id) is not consumer:
-            return
+            return []
         del self.consumers[consumer.consumer_id]
         self._consumers_changed()
-        self._send(
-            T(
-                type=T.CLOSE_CONSUMER,
-                close_consumer=pb.CommandCloseConsumer(
-                    consumer_id=consumer.consumer_id, request_id=NO_ID
-                ),
-            )
-        )
+        close = pb.CommandCloseConsumer(consumer_id=consumer.consumer_id, request_id=NO_ID)
+        return [encode_command(T(type=T.CLOSE_CONSUMER, close_consumer=close))]
 
     def _get_last_message_id(self, command: pb.BaseCommand) -> None:
         request = command.get_last_message_id

@@ -11,6 +11,8 @@ message; the loop encodes the MESSAGE frames and makes one vectored write of the
   consumers. Notifications for one connection coalesce (a ``ConflatedTell`` on the connection
   handle): while one is queued, further flips add nothing, and writability is checked again per
   consumer when the task runs.
+* Frames the connection actor must order after the MESSAGE frames already queued here (a
+  broker-initiated CLOSE_CONSUMER) come as a message too: this inbox is the order.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from brokerlet.actors.messages import (
     SendMessages,
     UnexpectedMessage,
     WritabilityChanged,
+    WriteAfterMessages,
     WriteCompletion,
 )
 from brokerlet.dispatch.consumer import ConnectionHandle
@@ -43,6 +46,9 @@ class EventLoopActor(GeventActor):
             self._send_messages(message)
         elif kind is WritabilityChanged:
             self._writability_changed(message.connection)
+        elif kind is WriteAfterMessages:
+            if not message.connection.closed:
+                message.connection.channel.write(message.frames)
         else:
             raise UnexpectedMessage(self, message)
 

@@ -59,6 +59,7 @@ __all__ = [
     "TopicStats",
     "UnexpectedMessage",
     "WritabilityChanged",
+    "WriteAfterMessages",
     "WriteCompletion",
 ]
 
@@ -338,6 +339,15 @@ class SendMessages:
     entries: list[Entry]
     redelivery_counts: list[int]
     completion: WriteCompletion
+
+
+@dataclass(frozen=True, slots=True)
+class WriteAfterMessages:
+    """Frames of the connection actor that must follow every MESSAGE frame queued before them
+    on this connection (a broker-initiated CLOSE_CONSUMER, and a SEEK's answer after it)."""
+
+    connection: ConnectionHandle
+    frames: list[bytes]
 
 
 @dataclass(frozen=True, slots=True)
