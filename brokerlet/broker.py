@@ -21,9 +21,10 @@ import gevent
 import gevent.event
 import pykka
 
+from brokerlet.actors import stats_reader
 from brokerlet.actors.broker import BrokerActor
 from brokerlet.actors.eventloop import EventLoopActor
-from brokerlet.actors.messages import GetAllStats, GetTopic, GetTopicStats
+from brokerlet.actors.messages import GetTopic
 from brokerlet.admin import AdminServer
 from brokerlet.config import Settings, load_settings
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
@@ -165,15 +166,11 @@ class Broker:
 
     def topic_stats(self, topic: str) -> dict[str, Any] | None:
         """Stats of one topic, shaped like Pulsar's topic stats; None for an unknown topic."""
-        stats: dict[str, Any] | None = self._call(
-            lambda ref: ref.ask(GetTopicStats(topic), block=True)
-        )
-        return stats
+        return self._call(lambda ref: stats_reader.topic_stats(ref, topic))
 
     def stats(self) -> dict[str, Any]:
         """Stats of every topic, keyed by topic name."""
-        stats: dict[str, Any] = self._call(lambda ref: ref.ask(GetAllStats(), block=True))
-        return stats
+        return self._call(stats_reader.all_stats)
 
     def _call(self, func: Callable[[pykka.ActorRef[BrokerActor]], R], timeout: float = 10.0) -> R:
         """Run ``func(broker_actor)`` on the broker's hub and return its result to this thread."""

@@ -1,6 +1,7 @@
 """dispatch/ without an actor or a socket: strategies, the delivery book, shared token buckets,
 the layout rule that keeps gevent out; and the actors' own rules: refusing messages they do
-not handle, and a broker-initiated close ordered after the consumer's queued messages."""
+not handle, a broker-initiated close ordered after the consumer's queued messages, and stats
+that never hold a topic actor up."""
 
 from __future__ import annotations
 
@@ -16,11 +17,19 @@ import gevent.event
 import pykka
 import pytest
 
+from brokerlet.actors import stats_reader
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.broker import BrokerActor
 from brokerlet.actors.connection import ConnectionActor
 from brokerlet.actors.eventloop import EventLoopActor
-from brokerlet.actors.messages import ConsumerClosedByBroker, SendMessages, UnexpectedMessage
+from brokerlet.actors.messages import (
+    AddConsumer,
+    ConsumerClosedByBroker,
+    GetLastEntry,
+    SendMessages,
+    Subscribe,
+    UnexpectedMessage,
+)
 from brokerlet.actors.topic import TopicActor
 from brokerlet.config import load_settings
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
@@ -290,3 +299,40 @@ def test_a_broker_initiated_close_follows_the_consumers_queued_messages() -> Non
     finally:
         for ref in (connection, broker, loop):
             ref.stop(block=True, timeout=5)
+
+
+class SlowStatsChannel(FakeChannel):
+    """A channel whose statistics wait for ``release``: a dispatcher asked for stats is busy."""
+
+    def __init__(self, entered: Any, release: Any) -> None:
+        super().__init__()
+        self.entered = entered
+        self.release = release
+
+    def statistics(self) -> Any:
+        self.entered.set()
+        self.release.wait(10)
+        return super().statistics()
+
+
+def test_a_stats_request_never_holds_the_topic_actor_while_a_dispatcher_is_busy() -> None:
+    """The topic answers its own part and the caller asks the dispatchers, so a slow
+    subscription cannot stall the topic's appends behind a /metrics scrape."""
+    settings = load_settings(env={})
+    topic = TopicActor.start("persistent://public/default/t", MemoryLedger(1), settings)
+    entered, release = gevent.event.Event(), gevent.event.Event()
+    try:
+        dispatcher = topic.ask(Subscribe("s", SHARED, True, 0), block=True)
+        handle = ConnectionHandle("p", SlowStatsChannel(entered, release), event_loop=None)  # type: ignore[arg-type]
+        dispatcher.ask(AddConsumer(Consumer(1, "c", "t", "s", SHARED, 0, handle)), block=True)
+        reader = gevent.spawn(stats_reader.of_topic, topic)
+        assert entered.wait(5), "the dispatcher never started on its stats"
+        # The dispatcher is busy with the stats; the topic must still answer at once.
+        assert topic.ask(GetLastEntry(), block=True, timeout=1) == (1, -1)
+        release.set()
+        stats = reader.get(timeout=5)
+        assert list(stats["subscriptions"]) == ["s"]
+        assert stats["subscriptions"]["s"]["consumers"][0]["consumerName"] == "c"
+    finally:
+        release.set()
+        topic.stop(block=True, timeout=5)

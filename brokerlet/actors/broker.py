@@ -10,10 +10,9 @@ import pykka
 
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.messages import (
-    GetAllStats,
+    FindTopic,
     GetTopic,
-    GetTopicStats,
-    TopicStats,
+    ListTopics,
     UnexpectedMessage,
 )
 from brokerlet.actors.topic import TopicActor
@@ -51,11 +50,10 @@ class BrokerActor(GeventActor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, GetTopic):
             return self._topic(message.name)
-        if isinstance(message, GetTopicStats):
-            topic = self.topics.get(message.name)
-            return None if topic is None else topic.ask(TopicStats())
-        if isinstance(message, GetAllStats):
-            return {name: ref.ask(TopicStats()) for name, ref in self.topics.items()}
+        if isinstance(message, FindTopic):
+            return self.topics.get(message.name)
+        if isinstance(message, ListTopics):
+            return dict(self.topics)
         raise UnexpectedMessage(self, message)
 
     def on_stop(self) -> None:

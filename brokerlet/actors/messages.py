@@ -34,12 +34,12 @@ __all__ = [
     "ConnectionLost",
     "ConsumerClosedByBroker",
     "EntriesRead",
-    "GetAllStats",
+    "FindTopic",
     "GetLastEntry",
     "GetMarkDelete",
     "GetStats",
     "GetTopic",
-    "GetTopicStats",
+    "ListTopics",
     "MarkDeleteMoved",
     "PersistCursor",
     "ReadEntries",
@@ -57,6 +57,7 @@ __all__ = [
     "Subscribe",
     "SubscriptionClosed",
     "TopicStats",
+    "TopicStatsPart",
     "UnexpectedMessage",
     "WritabilityChanged",
     "WriteAfterMessages",
@@ -84,15 +85,15 @@ class GetTopic:
 
 
 @dataclass(frozen=True, slots=True)
-class GetTopicStats:
-    """Asked: one topic's stats, or None for a topic the broker does not have."""
+class FindTopic:
+    """Asked: the topic's actor, or None for a topic the broker does not have (never creates)."""
 
     name: str
 
 
 @dataclass(frozen=True, slots=True)
-class GetAllStats:
-    """Asked: every topic's stats, by topic name."""
+class ListTopics:
+    """Asked: every topic's actor, by topic name."""
 
 
 # TopicActor: appends, producers, subscriptions and reads.
@@ -160,7 +161,17 @@ class ResolvePosition:
 
 @dataclass(frozen=True, slots=True)
 class TopicStats:
-    """Asked: the topic's stats, shaped like Pulsar's."""
+    """Asked: the topic's own part of its stats, answered at once (:class:`TopicStatsPart`);
+    the caller asks the subscriptions' dispatchers itself (``brokerlet.actors.stats_reader``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStatsPart:
+    """A topic's answer to :class:`TopicStats`."""
+
+    own: dict[str, Any]  # Pulsar's topic stats fields the topic actor keeps itself
+    last_entry_id: int
+    subscriptions: dict[str, tuple[pykka.ActorRef[DispatcherActor], int]]  # with mark-delete
 
 
 @dataclass(frozen=True, slots=True)
