@@ -10,11 +10,15 @@ import pykka
 
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.messages import (
+    CloseIdleTopics,
     FindTopic,
     GetTopic,
+    IsIdle,
     ListTopics,
+    TopicFailed,
     UnexpectedMessage,
 )
+from brokerlet.actors.supervision import CursorState, stop_quietly
 from brokerlet.actors.topic import TopicActor
 from brokerlet.config import Settings
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
@@ -40,6 +44,10 @@ class BrokerActor(GeventActor):
         self.dispatch_options = dispatch_options
         self.storage = storage
         self.topics: dict[str, pykka.ActorRef[TopicActor]] = {}
+        # Memory ledgers outlive their topic actor: a replacement or a reopened topic reuses
+        # them. Disk ledgers are reopened from storage, which hands back an open one.
+        self._memory_ledgers: dict[str, MemoryLedger] = {}
+        self._restored: dict[str, dict[str, CursorState]] = {}
         self._ledger_ids = itertools.count(1)
         self.rate_limiter = DispatchRateLimiter(
             "broker",
@@ -54,11 +62,15 @@ class BrokerActor(GeventActor):
             return self.topics.get(message.name)
         if isinstance(message, ListTopics):
             return dict(self.topics)
+        if isinstance(message, TopicFailed):
+            return self._topic_failed(message)
+        if isinstance(message, CloseIdleTopics):
+            return self._close_idle_topics()
         raise UnexpectedMessage(self, message)
 
     def on_stop(self) -> None:
         for topic in self.topics.values():
-            topic.stop(block=True, timeout=5)
+            stop_quietly(topic)
 
     def _topic(self, name: str) -> pykka.ActorRef[TopicActor]:
         topic = self.topics.get(name)
@@ -68,7 +80,10 @@ class BrokerActor(GeventActor):
             if self.storage is not None:
                 ledger, cursors = self.storage.open_topic(name)
             else:
-                ledger = MemoryLedger(next(self._ledger_ids))
+                memory = self._memory_ledgers.get(name)
+                if memory is None:
+                    memory = self._memory_ledgers[name] = MemoryLedger(next(self._ledger_ids))
+                ledger = memory
             topic = TopicActor.start(
                 name,
                 ledger,
@@ -76,7 +91,37 @@ class BrokerActor(GeventActor):
                 self.rate_limiter,
                 cursors,
                 dispatch_options=self.dispatch_options,
+                supervisor=self.actor_ref,
+                restored=self._restored.pop(name, None),
             )
             self.topics[name] = topic
-            log.info("created topic %s (ledger %d)", name, ledger.ledger_id)
+            log.info("opened topic %s (ledger %d)", name, ledger.ledger_id)
         return topic
+
+    def _topic_failed(self, message: TopicFailed) -> None:
+        if self.topics.get(message.name) is message.topic:
+            del self.topics[message.name]
+            self._restored[message.name] = message.cursors
+            log.info("topic %s is reopened on next use", message.name)
+
+    def _close_idle_topics(self) -> list[str]:
+        """Pulsar's inactive-topic check, closing only: the data and cursors stay stored.
+
+        Only disk topics close: a memory topic's data lives in its ledger, which holds no
+        file, and closing it would drop the data.
+        """
+        closed: list[str] = []
+        if self.storage is None:
+            return closed
+        for name, ref in list(self.topics.items()):
+            try:
+                idle = ref.ask(IsIdle(), block=True, timeout=5)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                continue
+            if idle and self.topics.get(name) is ref:
+                del self.topics[name]
+                stop_quietly(ref)
+                closed.append(name)
+        if closed:
+            log.info("closed %d idle topic(s): %s", len(closed), ", ".join(closed[:10]))
+        return closed

@@ -36,6 +36,7 @@ from brokerlet.actors.messages import (
     CancelRead,
     ConsumerClosedByBroker,
     EntriesRead,
+    GetCursorState,
     GetMarkDelete,
     GetStats,
     MarkDeleteMoved,
@@ -52,6 +53,7 @@ from brokerlet.actors.messages import (
     UnexpectedMessage,
     WriteCompletion,
 )
+from brokerlet.actors.supervision import QuietRef, dispatcher_failed, tell_quietly
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import Consumer
 from brokerlet.dispatch.cursor_saver import CursorSaver
@@ -89,7 +91,7 @@ class Dispatcher:
     def __init__(
         self,
         *,
-        topic: pykka.ActorRef[TopicActor],
+        topic: pykka.ActorRef[TopicActor] | QuietRef,
         topic_name: str,
         ledger_id: int,
         name: str,
@@ -101,6 +103,7 @@ class Dispatcher:
         rate_limiters: Sequence[DispatchRateLimiter] = (),
         cursor_store: CursorStore | None = None,
         options: DispatchOptions = DEFAULT_OPTIONS,
+        last_entry_id: Callable[[], int] | None = None,
     ) -> None:
         super().__init__()
         self.cursor_saver = CursorSaver(cursor_store, name, cursor)
@@ -120,6 +123,7 @@ class Dispatcher:
             settings,
             cursor,
             ledger_id=ledger_id,
+            last_entry_id=last_entry_id,
             sub_type=sub_type,
             durable=durable,
             options=options,
@@ -159,6 +163,7 @@ class Dispatcher:
             PersistCursor: lambda _: self.cursor_saver.save(),
             GetStats: lambda _: self.stats(),
             GetMarkDelete: lambda _: self.cursor.mark_delete,
+            GetCursorState: lambda _: (self.cursor.mark_delete, self.cursor.acked_ids()),
         }
 
     # Actor plumbing.
@@ -170,6 +175,8 @@ class Dispatcher:
 
     def on_stop(self) -> None:
         self.cursor_saver.save()
+        for consumer in self.book.consumers:  # stopped under them (their topic failed): reconnect
+            tell_quietly(consumer.connection.actor, ConsumerClosedByBroker(consumer))
         for timer in (self._retry, self._replay_timer, self._persist_timer):
             if timer is not None:
                 timer.cancel()
@@ -456,6 +463,9 @@ class DispatcherActor(Dispatcher, GeventActor):
 
     def call_later(self, seconds: float, func: Callable[[], object]) -> Cancellable:
         return GreenletTimer(gevent.spawn_later(seconds, func))
+
+    def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
+        dispatcher_failed(self, ConsumerClosedByBroker)
 
 
 class _BatchWrittenNotice:

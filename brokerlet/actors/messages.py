@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from brokerlet.actors.connection import ConnectionActor
     from brokerlet.actors.dispatcher import DispatcherActor
+    from brokerlet.actors.topic import TopicActor
     from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
     from brokerlet.storage.ledger import Entry, NewEntry
 
@@ -31,14 +32,19 @@ __all__ = [
     "Appended",
     "BatchWritten",
     "CancelRead",
+    "CloseIdleTopics",
     "ConnectionLost",
     "ConsumerClosedByBroker",
+    "CursorState",
+    "DispatcherFailed",
     "EntriesRead",
     "FindTopic",
+    "GetCursorState",
     "GetLastEntry",
     "GetMarkDelete",
     "GetStats",
     "GetTopic",
+    "IsIdle",
     "ListTopics",
     "MarkDeleteMoved",
     "PersistCursor",
@@ -56,6 +62,8 @@ __all__ = [
     "SendMessages",
     "Subscribe",
     "SubscriptionClosed",
+    "TopicClosedByBroker",
+    "TopicFailed",
     "TopicStats",
     "TopicStatsPart",
     "UnexpectedMessage",
@@ -63,6 +71,10 @@ __all__ = [
     "WriteAfterMessages",
     "WriteCompletion",
 ]
+
+
+CursorState = tuple[int, list[int]]
+"""A subscription's mark-delete entry id and the entries acknowledged beyond it."""
 
 
 class UnexpectedMessage(Exception):  # noqa: N818 - named for what the receiver got
@@ -96,6 +108,19 @@ class ListTopics:
     """Asked: every topic's actor, by topic name."""
 
 
+class CloseIdleTopics:
+    """Close (never delete) every topic with no producer and no subscription."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicFailed:
+    """This topic actor failed: drop it, and reopen it with these cursors on next use."""
+
+    name: str
+    topic: pykka.ActorRef[TopicActor]  # the dead ref
+    cursors: dict[str, CursorState]
+
+
 # TopicActor: appends, producers, subscriptions and reads.
 
 
@@ -103,7 +128,8 @@ class ListTopics:
 class AppendItem:
     sequence_id: int
     highest_sequence_id: int
-    entry: NewEntry | None  # None: refused before storage (bad checksum)
+    entry: NewEntry | None  # None: refused before storage (see ``refusal``)
+    refusal: tuple[pb.ServerError.ValueType, str] | None = None  # None: bad checksum
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +155,7 @@ class AddProducer:
 
     name: str
     peer: str
+    connection: pykka.ActorRef[ConnectionActor] | None = None  # told if the topic fails
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +199,19 @@ class TopicStatsPart:
     own: dict[str, Any]  # Pulsar's topic stats fields the topic actor keeps itself
     last_entry_id: int
     subscriptions: dict[str, tuple[pykka.ActorRef[DispatcherActor], int]]  # with mark-delete
+
+
+class IsIdle:
+    """Asked: whether the topic has no producer, subscription or waiting read."""
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherFailed:
+    """This dispatcher failed: restart its subscription from ``cursor`` on next use."""
+
+    subscription: str
+    dispatcher: pykka.ActorRef[DispatcherActor]  # the dead ref
+    cursor: CursorState | None  # None for a non-durable subscription: nothing to resume
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +297,13 @@ class ConsumerClosedByBroker:
     consumer: Consumer
 
 
+@dataclass(frozen=True, slots=True)
+class TopicClosedByBroker:
+    """The topic failed: close your producers on it (the clients reconnect)."""
+
+    topic: pykka.ActorRef[TopicActor]  # the dead ref
+
+
 # DispatcherActor: one subscription's delivery.
 
 
@@ -317,6 +364,10 @@ class GetStats:
 
 class GetMarkDelete:
     """Asked: the subscription's mark-delete entry id."""
+
+
+class GetCursorState:
+    """Asked: the subscription's :data:`CursorState`."""
 
 
 class BatchWritten:

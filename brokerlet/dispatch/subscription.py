@@ -8,7 +8,7 @@ or ack message and then does what the answer asks (wake the read loop, tell the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -55,6 +55,7 @@ class Subscription:
         cursor: Cursor,
         *,
         ledger_id: int,
+        last_entry_id: Callable[[], int] | None = None,
         sub_type: int,
         durable: bool,
         options: DispatchOptions,
@@ -63,6 +64,7 @@ class Subscription:
         self.name = name
         self.settings = settings
         self.ledger_id = ledger_id
+        self._last_entry_id = last_entry_id  # the topic's last confirmed entry, to bound acks
         self.book = DeliveryBook(
             settings, cursor, durable=durable, writability_gating=options.writability_gating
         )
@@ -135,6 +137,10 @@ class Subscription:
     def ack(self, positions: Sequence[tuple[int, int]], *, cumulative: bool) -> bool | None:
         """Apply an ACK; None if it changed nothing, else whether the mark-delete moved."""
         entry_ids = [e for ledger, e in positions if ledger == self.ledger_id]
+        if self._last_entry_id is not None:
+            # As Pulsar's cursor does: an entry not written yet cannot be acknowledged.
+            last = self._last_entry_id()
+            entry_ids = [e for e in entry_ids if e <= last]
         if not entry_ids or (cumulative and not self.strategy.cumulative_acks):
             return None  # Pulsar ignores cumulative acks on Shared subscriptions
         with self.strategy.ack_scope():
