@@ -387,7 +387,7 @@ class ConnectionActor(GeventActor):
             tell_quietly(producer.topic_ref, RemoveProducer(producer.name))
         self._success(request.request_id)
 
-    def _topic_closed(self, topic_ref: Any) -> None:
+    def _topic_closed(self, topic_ref: pykka.ActorRef[TopicActor]) -> None:
         """The topic failed: close its producers, so their clients reconnect to its successor."""
         for producer in [p for p in self.producers.values() if p.topic_ref is topic_ref]:
             self._producer_closed_by_broker(producer)

@@ -26,7 +26,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pykka
 
@@ -37,6 +37,10 @@ from brokerlet.actors.messages import (
     TopicClosedByBroker,
     TopicFailed,
 )
+
+if TYPE_CHECKING:
+    from brokerlet.actors.dispatcher import DispatcherActor
+    from brokerlet.dispatch.consumer import Consumer
 
 __all__ = [
     "CursorState",
@@ -68,8 +72,10 @@ def restarts() -> dict[str, int]:
         return {kind: _restarts[kind] for kind in ("topic", "dispatcher", "connection")}
 
 
-def tell_quietly(ref: Any, message: object) -> bool:
+def tell_quietly(ref: pykka.ActorRef[Any] | QuietRef | None, message: object) -> bool:
     """Tell ``message`` to ``ref`` unless the actor is dead; returns whether it was told."""
+    if ref is None:
+        return False
     try:
         ref.tell(message)
     except pykka.ActorDeadError:
@@ -86,7 +92,7 @@ class QuietRef:
 
     __slots__ = ("ref",)
 
-    def __init__(self, ref: Any) -> None:
+    def __init__(self, ref: pykka.ActorRef[Any]) -> None:
         self.ref = ref
 
     def tell(self, message: object) -> None:
@@ -96,13 +102,15 @@ class QuietRef:
         return self.ref.ask(message, **kwargs)
 
 
-def stop_quietly(ref: Any, timeout: float = 5.0) -> None:
+def stop_quietly(ref: pykka.ActorRef[Any], timeout: float = 5.0) -> None:
     """Stop an actor and wait for it, whether it is alive, stopping or already dead."""
     with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
         ref.stop(block=True, timeout=timeout)
 
 
-def dispatcher_failed(dispatcher: Any, closed_by_broker: Callable[[Any], object]) -> None:
+def dispatcher_failed(
+    dispatcher: DispatcherActor, closed_by_broker: Callable[[Consumer], object]
+) -> None:
     """The on_failure of a dispatcher actor: close its consumers, report its cursor.
 
     ``closed_by_broker(consumer)`` makes the message that tells a connection to close one.
