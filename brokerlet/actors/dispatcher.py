@@ -34,6 +34,7 @@ from brokerlet.actors.messages import (
     AddConsumer,
     BatchWritten,
     CancelRead,
+    CloseConsumers,
     ConsumerClosedByBroker,
     EntriesRead,
     GetCursorState,
@@ -164,6 +165,7 @@ class Dispatcher:
             GetStats: lambda _: self.stats(),
             GetMarkDelete: lambda _: self.cursor.mark_delete,
             GetCursorState: lambda _: (self.cursor.mark_delete, self.cursor.acked_ids()),
+            CloseConsumers: self._close_consumers,
         }
 
     # Actor plumbing.
@@ -263,6 +265,15 @@ class Dispatcher:
             if consumer.connection is not message.requester and consumer.connection.actor:
                 consumer.connection.actor.tell(ConsumerClosedByBroker(consumer))
         return [c for c in closed if c.connection is message.requester]
+
+    def _close_consumers(self, message: CloseConsumers) -> int:
+        consumers = self.book.consumers
+        if message.close:
+            for consumer in consumers:
+                consumer.detach()
+                if consumer.connection.actor:
+                    consumer.connection.actor.tell(ConsumerClosedByBroker(consumer))
+        return len(consumers)
 
     def _rewind(self) -> None:
         """No consumer is left: cancel the read in flight and re-read from the mark-delete."""

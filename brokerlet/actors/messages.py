@@ -7,8 +7,8 @@ handle raises :class:`UnexpectedMessage`: a bug of ours, never a silent drop.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from brokerlet.transport.protocol import Frame, pb
@@ -32,10 +32,14 @@ __all__ = [
     "Appended",
     "BatchWritten",
     "CancelRead",
+    "CloseClients",
+    "CloseConsumers",
     "CloseIdleTopics",
     "ConnectionLost",
     "ConsumerClosedByBroker",
+    "CreateTopic",
     "CursorState",
+    "DeleteTopic",
     "DispatcherFailed",
     "EntriesRead",
     "FindTopic",
@@ -46,7 +50,9 @@ __all__ = [
     "GetTopic",
     "IsIdle",
     "ListTopics",
+    "LookupCheck",
     "MarkDeleteMoved",
+    "PartitionedMetadata",
     "PersistCursor",
     "ReadEntries",
     "ReadIds",
@@ -66,7 +72,9 @@ __all__ = [
     "TopicFailed",
     "TopicStats",
     "TopicStatsPart",
+    "TopicsOfNamespace",
     "UnexpectedMessage",
+    "UpdatePartitions",
     "WritabilityChanged",
     "WriteAfterMessages",
     "WriteCompletion",
@@ -91,9 +99,66 @@ class UnexpectedMessage(Exception):  # noqa: N818 - named for what the receiver 
 
 @dataclass(frozen=True, slots=True)
 class GetTopic:
-    """Asked: the topic's actor, created on first use."""
+    """Asked: the topic's actor, created on first use.
+
+    ``recovering``: a topic found in storage at start-up, admitted without the metadata's
+    existence rules (and recorded in the metadata if it was missing there).
+    """
 
     name: str
+    recovering: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionedMetadata:
+    """Asked: the topic's partition count (0: non-partitioned); a partitioned topic may be
+    auto-created. Raises BrokerError when refused."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class LookupCheck:
+    """Asked: returns when a binary LOOKUP of ``name`` may be answered, raises BrokerError
+    when not."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsOfNamespace:
+    """Asked: the namespace's full topic names (partitions expanded)."""
+
+    namespace: str
+    mode: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    """Asked by the admin API: record a topic (``partitions`` 0: non-partitioned)."""
+
+    name: str
+    partitions: int
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatePartitions:
+    """Asked by the admin API: grow a partitioned topic to ``partitions``."""
+
+    name: str
+    partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    """Asked by the admin API: delete a topic (or, ``partitioned``, every partition and the
+    partitioned topic's metadata). Without ``force`` a topic with producers or consumers is
+    refused (``TopicBusy``); with it they are closed first."""
+
+    name: str
+    force: bool = False
+    partitioned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +221,14 @@ class AddProducer:
     name: str
     peer: str
     connection: pykka.ActorRef[ConnectionActor] | None = None  # told if the topic fails
+
+
+@dataclass(frozen=True, slots=True)
+class CloseClients:
+    """Asked before a topic is deleted: how many producers and consumers are connected;
+    with ``close``, each is closed the broker's way first (CLOSE_PRODUCER / CLOSE_CONSUMER)."""
+
+    close: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +441,14 @@ class GetMarkDelete:
 
 class GetCursorState:
     """Asked: the subscription's :data:`CursorState`."""
+
+
+@dataclass(frozen=True, slots=True)
+class CloseConsumers:
+    """Asked: how many consumers are attached; with ``close``, also close each of them the
+    broker's way (CLOSE_CONSUMER; the client reconnects). Used before a topic is deleted."""
+
+    close: bool
 
 
 class BatchWritten:

@@ -24,6 +24,8 @@ from brokerlet.actors.messages import (
     AppendDone,
     Appended,
     CancelRead,
+    CloseClients,
+    CloseConsumers,
     CursorState,
     DispatcherFailed,
     EntriesRead,
@@ -128,6 +130,7 @@ class TopicActor(GeventActor):
             TopicStats: lambda _: self.stats(),
             DispatcherFailed: self._dispatcher_failed,
             IsIdle: lambda _: not (self.producers or self.subscriptions or self.waiting),
+            CloseClients: self._close_clients,
         }
 
     def on_start(self) -> None:
@@ -245,6 +248,20 @@ class TopicActor(GeventActor):
     def _remove_producer(self, message: RemoveProducer) -> None:
         self.producers.pop(message.name, None)
         self.producer_connections.pop(message.name, None)
+
+    def _close_clients(self, message: CloseClients) -> int:
+        count = len(self.producers)
+        for dispatcher in list(self.subscriptions.values()):
+            with contextlib.suppress(pykka.ActorDeadError):
+                attached: int = dispatcher.ask(CloseConsumers(message.close), block=True)
+                count += attached
+        if message.close:
+            for connection in {id(c): c for c in self.producer_connections.values()}.values():
+                if connection is not None:
+                    tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+            self.producers.clear()
+            self.producer_connections.clear()
+        return count
 
     # Subscriptions.
 
