@@ -28,6 +28,8 @@ __all__ = ["DeliveryBook", "EntryHooks"]
 class EntryHooks(Protocol):
     """What a selection strategy is told about entries changing hands."""
 
+    tracks_entries: bool  # False: the calls below do nothing and are skipped
+
     def delivered(self, consumer: Consumer, batch: list[Entry]) -> None:
         """``batch`` is now pending at ``consumer``."""
         ...
@@ -39,6 +41,8 @@ class EntryHooks(Protocol):
 
 
 class _NoHooks:
+    tracks_entries = False
+
     def delivered(self, consumer: Consumer, batch: list[Entry]) -> None:
         pass
 
@@ -118,7 +122,8 @@ class DeliveryBook:
             pending[entry_id] = entry.num_messages
             redelivery.append(counts.get(entry_id, 0))
             size += len(entry.data)
-        self.hooks.delivered(consumer, batch)
+        if self.hooks.tracks_entries:
+            self.hooks.delivered(consumer, batch)
         consumer.unacked += messages
         consumer.msg_out += messages
         consumer.bytes_out += size
@@ -138,7 +143,11 @@ class DeliveryBook:
         """Put ``consumer``'s pending ``entry_id`` back in the replay set (the caller settles
         the consumer's unacked count)."""
         del self.pending_owner[entry_id]
-        self.replay.add(entry_id, self.hooks.released(consumer, entry_id, closing=closing))
+        hooks = self.hooks
+        key_hash = (
+            hooks.released(consumer, entry_id, closing=closing) if hooks.tracks_entries else 0
+        )
+        self.replay.add(entry_id, key_hash)
         if count_redelivery:
             self.redelivery_counts[entry_id] = self.redelivery_counts.get(entry_id, 0) + 1
 
@@ -180,7 +189,8 @@ class DeliveryBook:
     def _forget(self, entry_id: int) -> None:
         owner = self.pending_owner.pop(entry_id, None)
         if owner is not None:
-            self.hooks.released(owner, entry_id, closing=False)
+            if self.hooks.tracks_entries:
+                self.hooks.released(owner, entry_id, closing=False)
             self._consumer_acked(owner, owner.pending.pop(entry_id, 0))
         self.replay.discard(entry_id)
         self.redelivery_counts.pop(entry_id, None)

@@ -334,6 +334,7 @@ class KeySharedStrategy(Strategy):
         wake_after: WakeAfter,
     ) -> None:
         super().__init__(book, KEY_SHARED)
+        self.tracks_entries = True
         interval = settings.key_shared_unblocking_interval_ms
         self.rules = KeySharedRules(meta, settings, lambda: wake_after(interval))
         self._min_replayed = -1  # the replay set's head when the last replay read was planned

@@ -87,6 +87,10 @@ class Strategy:
     cumulative_acks = False
     """Whether cumulative acks apply (Exclusive and Failover; Pulsar ignores them on Shared)."""
 
+    tracks_entries = False
+    """Whether ``delivered``/``released`` do anything (Key_Shared's hashes); when not, the
+    delivery book does not call them per entry."""
+
     def __init__(self, book: DeliveryBook, sub_type: int) -> None:
         self.book = book
         self.sub_type = sub_type
@@ -156,9 +160,9 @@ class Strategy:
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:
         return 0
 
-    def ack_scope(self) -> contextlib.AbstractContextManager[object]:
-        """Wraps the handling of one ACK command."""
-        return contextlib.nullcontext()
+    def ack_scope(self) -> contextlib.AbstractContextManager[object] | None:
+        """What wraps the handling of one ACK command (None: nothing, the common case)."""
+        return None
 
     # Observability.
 

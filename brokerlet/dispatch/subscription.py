@@ -137,13 +137,18 @@ class Subscription:
     def ack(self, positions: Sequence[tuple[int, int]], *, cumulative: bool) -> bool | None:
         """Apply an ACK; None if it changed nothing, else whether the mark-delete moved."""
         entry_ids = [e for ledger, e in positions if ledger == self.ledger_id]
-        if self._last_entry_id is not None:
+        if self._last_entry_id is not None and entry_ids:
             # As Pulsar's cursor does: an entry not written yet cannot be acknowledged.
             last = self._last_entry_id()
-            entry_ids = [e for e in entry_ids if e <= last]
-        if not entry_ids or (cumulative and not self.strategy.cumulative_acks):
+            if max(entry_ids) > last:
+                entry_ids = [e for e in entry_ids if e <= last]
+        strategy = self.strategy
+        if not entry_ids or (cumulative and not strategy.cumulative_acks):
             return None  # Pulsar ignores cumulative acks on Shared subscriptions
-        with self.strategy.ack_scope():
+        scope = strategy.ack_scope()
+        if scope is None:
+            return self.book.ack(entry_ids, cumulative=cumulative)
+        with scope:
             return self.book.ack(entry_ids, cumulative=cumulative)
 
     def redeliver(self, consumer: Consumer, positions: Sequence[tuple[int, int]] | None) -> None:
