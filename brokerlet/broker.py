@@ -21,18 +21,15 @@ import gevent
 import gevent.event
 import pykka
 
-from brokerlet.actors.broker import (
-    BrokerActor,
-    CloseIdleTopics,
-    GetAllStats,
-    GetTopic,
-    GetTopicStats,
-)
+from brokerlet.actors import stats_reader
+from brokerlet.actors.broker import BrokerActor
 from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.actors.messages import CloseIdleTopics, GetTopic
 from brokerlet.actors.supervision import tell_quietly
 from brokerlet.admin import AdminServer
 from brokerlet.admin.rest import AdminContext
 from brokerlet.config import Settings, SettingsError, load_settings
+from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
 from brokerlet.metadata import MetadataStore
 from brokerlet.metadata.listeners import parse_listeners
 from brokerlet.storage import DiskStorage, FileOps
@@ -51,6 +48,9 @@ class Broker:
     Args:
         settings: a complete settings object; defaults to :func:`load_settings` with no file
             and no environment, so an embedded broker is not steered by ``BROKERLET_*``.
+        storage_file_ops: file operations for disk storage (tests inject failures).
+        dispatch_options: switches that turn dispatch rules off, for tests and diagnostics
+            that show what a rule prevents (see :class:`DispatchOptions`).
         **overrides: individual settings, by snake_case key or Pulsar alias
             (``Broker(port=0, dispatcherMaxReadBatchSize=50)``).
 
@@ -65,6 +65,7 @@ class Broker:
         settings: Settings | None = None,
         *,
         storage_file_ops: FileOps | None = None,
+        dispatch_options: DispatchOptions = DEFAULT_OPTIONS,
         **overrides: object,
     ) -> None:
         if settings is None:
@@ -91,6 +92,7 @@ class Broker:
             )
         self.settings = settings
         self._file_ops = storage_file_ops
+        self._dispatch_options = dispatch_options
         self.metadata: MetadataStore | None = None
         self._storage: DiskStorage | None = None
         self._thread: threading.Thread | None = None
@@ -178,15 +180,11 @@ class Broker:
 
     def topic_stats(self, topic: str) -> dict[str, Any] | None:
         """Stats of one topic, shaped like Pulsar's topic stats; None for an unknown topic."""
-        stats: dict[str, Any] | None = self._call(
-            lambda ref: ref.ask(GetTopicStats(topic), block=True)
-        )
-        return stats
+        return self._call(lambda ref: stats_reader.topic_stats(ref, topic))
 
     def stats(self) -> dict[str, Any]:
         """Stats of every topic, keyed by topic name."""
-        stats: dict[str, Any] = self._call(lambda ref: ref.ask(GetAllStats(), block=True))
-        return stats
+        return self._call(stats_reader.all_stats)
 
     def _call(self, func: Callable[[pykka.ActorRef[BrokerActor]], R], timeout: float = 10.0) -> R:
         """Run ``func(broker_actor)`` on the broker's hub and return its result to this thread."""
@@ -268,7 +266,9 @@ class Broker:
             )
         else:
             self.metadata = MetadataStore(None, cluster=settings.cluster_name)
-        self._broker_actor = BrokerActor.start(self.settings, self._storage, self.metadata)
+        self._broker_actor = BrokerActor.start(
+            self.settings, self._storage, self.metadata, self._dispatch_options
+        )
         if self._storage is not None:
             # Recover every stored topic now: torn tails are repaired and logged at start-up,
             # and retention knows every durable subscription before anyone acks.

@@ -19,13 +19,14 @@ import gevent.event
 import pytest
 
 from brokerlet import Broker
-from brokerlet.actors import dispatcher as dispatcher_module
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.consumer import ConnectionHandle
-from brokerlet.actors.eventloop import EventLoopActor, WritabilityChanged
-from brokerlet.actors.ratelimit import DispatchRateLimiter
+from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.actors.messages import WritabilityChanged
 from brokerlet.config import load_settings
+from brokerlet.dispatch.consumer import ConnectionHandle
+from brokerlet.dispatch.options import DispatchOptions
+from brokerlet.dispatch.ratelimit import DispatchRateLimiter
 from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import pb
 from tests.dispatch_harness import Block, FakeChannel, Harness, Noop
@@ -333,14 +334,21 @@ def assert_http_stats_show_the_paused_consumer(broker: Broker) -> None:
 
 @pytest.mark.parametrize("gated", [True, False], ids=["gated", "ungated"])
 def test_a_paused_consumer_socket_stops_dispatch_and_resuming_delivers_everything(
-    gated: bool, monkeypatch: pytest.MonkeyPatch
+    gated: bool,
 ) -> None:
-    """Pulsar's diagnostic as a test. Ungated, the broker feeds the paused socket until the
-    permits run out; that variant proves the assertions can fail."""
-    monkeypatch.setattr(dispatcher_module, "WRITABILITY_GATING", gated)
+    """Pulsar's diagnostic as a test. Ungated (and reading again after every dispatch, as
+    Pulsar does), the broker feeds the paused socket until the permits run out; that variant
+    proves the assertions can fail. The consumer grants its permits once everything is
+    stored, so the first read is a full batch, more than the socket buffers hold: the flip to
+    unwritable is certain, whatever the timing."""
     topic = "persistent://public/default/paused-socket"
+    options = (
+        DispatchOptions()
+        if gated
+        else DispatchOptions(writability_gating=False, read_after_dispatch=True)
+    )
     with (
-        Broker(port=0, so_sndbuf=16384) as broker,
+        Broker(port=0, so_sndbuf=16384, dispatch_options=options) as broker,
         RawClient(broker.address, timeout=10) as producer,
         RawClient(broker.address, timeout=10, rcvbuf=16384) as consumer,
     ):
@@ -348,12 +356,12 @@ def test_a_paused_consumer_socket_stops_dispatch_and_resuming_delivers_everythin
         producer.create_producer(topic, 1)
         consumer.handshake()
         consumer.subscribe(topic, "s", 1, sub_type=pb.CommandSubscribe.Shared)
-        consumer.flow(1, PERMITS)  # then never read until resumed
         payload = b"p" * SIZE
         for sequence_id in range(MESSAGES):
             producer.send_raw(producer.send_frame(1, sequence_id, payload))
         for _ in range(MESSAGES):
             producer.expect(pb.BaseCommand.SEND_RECEIPT)
+        consumer.flow(1, PERMITS)  # then never read until resumed
 
         wait_until(lambda: not consumer_stats(broker, topic, "s")["writable"])
         at_flip = consumer_stats(broker, topic, "s")

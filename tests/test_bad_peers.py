@@ -20,10 +20,11 @@ import pytest
 from google.protobuf import unknown_fields
 
 from brokerlet import Broker
-from brokerlet.actors.broker import CloseIdleTopics
-from brokerlet.actors.keyshared import NO_KEY_HASH, KeySharedMeta, KeySharedRules
+from brokerlet.actors.messages import CloseIdleTopics
 from brokerlet.actors.supervision import restarts
 from brokerlet.config import Settings
+from brokerlet.dispatch.key_shared import NO_KEY_HASH, KeySharedRules
+from brokerlet.keyshared import KeySharedMeta
 from brokerlet.storage.ledger import Entry
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient, make_entry
 from brokerlet.transport.protocol import (

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from brokerlet import Broker
-from brokerlet.actors import dispatcher as dispatcher_module
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.consumer import Consumer
-from brokerlet.actors.dispatcher import Ack
-from brokerlet.actors.keyshared import KeySharedMeta, entry_key_hash
+from brokerlet.actors.messages import Ack
 from brokerlet.config import load_settings
-from brokerlet.keyshared import sticky_key_hash
+from brokerlet.dispatch.consumer import Consumer
+from brokerlet.dispatch.key_shared import entry_key_hash
+from brokerlet.dispatch.options import DispatchOptions
+from brokerlet.keyshared import KeySharedMeta, sticky_key_hash
 from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import build_entry, encode_send, pb
 from tests.dispatch_harness import LEDGER, Harness, make_keyed_entry
@@ -48,9 +48,18 @@ def harness() -> Iterator[Harness]:
 
 @pytest.mark.parametrize("barrier", [False, True], ids=["no barrier", "all-writes barrier"])
 def test_one_completed_write_requests_the_next_read_without_waiting_for_the_other(
-    harness: Harness, barrier: bool, monkeypatch: pytest.MonkeyPatch
+    barrier: bool,
 ) -> None:
-    monkeypatch.setattr(dispatcher_module, "COMPLETION_BARRIER", barrier)
+    harness = Harness(
+        GeventActor, sub_type=KEY_SHARED, options=DispatchOptions(completion_barrier=barrier)
+    )
+    try:
+        _one_completed_write(harness, barrier)
+    finally:
+        harness.stop()
+
+
+def _one_completed_write(harness: Harness, barrier: bool) -> None:
     harness.loop.proxy().auto_complete = False
     a = harness.consumer("a", 100)
     b = harness.consumer("b", 100)
@@ -60,13 +69,13 @@ def test_one_completed_write_requests_the_next_read_without_waiting_for_the_othe
     first = {batch.consumer.name: batch for batch in harness.loop.proxy().batches.get()}
     assert set(first) == {"a", "b"}  # both writes in flight, neither completed
 
-    first["b"].on_complete()  # b's write completes; a's never does
+    first["b"].completion.request()  # b's write completes; a's never does
     harness.append_keyed(owned["b"][3:6])
     harness.settle()
     later = harness.sent_to(b)[3:]
     if barrier:
         assert later == [], "the barrier holds b back until a's write completes"
-        first["a"].on_complete()
+        first["a"].completion.request()
         harness.settle()
         assert len(harness.sent_to(b)) == 6
     else:
@@ -279,10 +288,7 @@ def send_keyed(producer: RawClient, sequence_id: int, key: bytes, size: int) -> 
     ],
     ids=["no barrier", "all-writes barrier"],
 )
-def test_a_paused_consumer_does_not_stall_the_healthy_one(
-    barrier: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(dispatcher_module, "COMPLETION_BARRIER", barrier)
+def test_a_paused_consumer_does_not_stall_the_healthy_one(barrier: bool) -> None:
     topic = "persistent://public/default/ks-paused"
     healthy_keys = keys_in(0, 32767, 8)
     slow_keys = keys_in(32768, 65535, 8)
@@ -290,7 +296,11 @@ def test_a_paused_consumer_does_not_stall_the_healthy_one(
     # 4.x's 2,000 the 4,096 entries held for the paused consumer stopped normal reads and
     # held back the healthy consumer's last messages (issue 10).
     with (
-        Broker(port=0, so_sndbuf=16384) as broker,
+        Broker(
+            port=0,
+            so_sndbuf=16384,
+            dispatch_options=DispatchOptions(completion_barrier=barrier),
+        ) as broker,
         RawClient(broker.address, timeout=10) as producer,
         RawClient(broker.address, timeout=10) as healthy,
         RawClient(broker.address, timeout=10, rcvbuf=16384) as slow,

@@ -1,7 +1,7 @@
 """PermitTotal on real threads: many FLOWs, dispatches and removals race on one total.
 
 The design lets a FLOW reach the dispatcher's permit total from the connection actor that
-received it, without going through the dispatcher's mailbox (see brokerlet/actors/consumer.py).
+received it, without going through the dispatcher's mailbox (see brokerlet/dispatch/consumer.py).
 That is only sound if every writer updates the total atomically. Here the writers are Pykka
 ``ThreadingActor``s, so they run on OS threads: connection actors send FLOWs, the dispatcher
 actor debits dispatched messages and removes (then re-adds) consumers. At the end the total
@@ -32,7 +32,8 @@ from typing import Any
 
 import pykka
 
-from brokerlet.actors.consumer import ConnectionHandle, Consumer, PermitTotal
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+from brokerlet.dispatch.permits import PermitTotal
 
 CONNECTIONS = 6
 CONSUMERS_PER_CONNECTION = 3

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.dispatcher import Ack, RemoveConsumer
+from brokerlet.actors.messages import Ack, RemoveConsumer
 from brokerlet.config import load_settings
 from tests.conftest import Runtime
 from tests.dispatch_harness import LEDGER, Block, Harness

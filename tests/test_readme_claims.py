@@ -21,8 +21,8 @@ import pytest
 
 from brokerlet import Broker, SettingsError
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.keyshared import entry_key_hash
 from brokerlet.config import load_settings
+from brokerlet.dispatch.key_shared import entry_key_hash
 from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import pb
 from tests.dispatch_harness import Harness, make_keyed_entry

@@ -2,16 +2,20 @@
 
 One producer and one Shared consumer on a persistent topic, both raw-socket clients
 (:mod:`brokerlet.testing.rawclient`) against a broker in this process on a thread of its own,
-whose sockets have a 16 KiB SO_SNDBUF; the consumer's socket has a 16 KiB SO_RCVBUF. The consumer
-grants 8,192 permits and then reads nothing while the producer stores 2,048 unbatched 8 KiB
-messages. Once the broker's channel to the consumer turns unwritable, the pause is held one
+whose sockets have a 16 KiB SO_SNDBUF; the consumer's socket has a 16 KiB SO_RCVBUF. The
+producer stores 2,048 unbatched 8 KiB messages; then the consumer grants 8,192 permits and
+reads nothing. Once the broker's channel to the consumer turns unwritable, the pause is held one
 second and the consumer's stats are sampled: permits consumed (8,192 minus the permits left)
 and the bytes waiting in the channel. With gating, dispatch stops at the flip (give or take
 the read in flight); without it, the broker keeps feeding the paused socket. The consumer
 then resumes reading, and every message must arrive, in order.
 
-The switch is the module global ``brokerlet.actors.dispatcher.WRITABILITY_GATING``, read at
-dispatch time, so it is set before the broker starts and restored afterwards.
+Ungated is a Pulsar dispatcher without writability gating: ``DispatchOptions(
+writability_gating=False, read_after_dispatch=True)`` (brokerlet otherwise reads again only
+when a batch's write completes, which alone bounds what one paused socket gets). The consumer
+grants its permits once everything is stored, so the first read is a full batch, more than
+the socket buffers hold, and the flip to unwritable is certain ("seconds to unwritable" counts
+from the grant).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 from bench.plan import Plan, SectionResult
 from bench.report import Row, format_bytes
 from brokerlet import Broker
-from brokerlet.actors import dispatcher as dispatcher_module
+from brokerlet.dispatch.options import DispatchOptions
 from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import pb
 
@@ -88,15 +92,18 @@ class BackpressureResult:
 
 def run_diagnostic(gated: bool) -> BackpressureResult:
     """Run the diagnostic once, with writability gating on or off."""
-    previous = dispatcher_module.WRITABILITY_GATING
-    dispatcher_module.WRITABILITY_GATING = gated
     try:
-        with Broker(port=0, so_sndbuf=SOCKET_BUFFER, web_service_enabled=False) as broker:
+        with Broker(
+            port=0,
+            so_sndbuf=SOCKET_BUFFER,
+            web_service_enabled=False,
+            dispatch_options=DispatchOptions()
+            if gated
+            else DispatchOptions(writability_gating=False, read_after_dispatch=True),
+        ) as broker:
             return _diagnose(broker, gated)
     except (OSError, TimeoutError, AssertionError) as error:
         return BackpressureResult(gated, error=repr(error))
-    finally:
-        dispatcher_module.WRITABILITY_GATING = previous
 
 
 def _diagnose(broker: Broker, gated: bool) -> BackpressureResult:
@@ -109,12 +116,12 @@ def _diagnose(broker: Broker, gated: bool) -> BackpressureResult:
         with RawClient(broker.address, timeout=_TIMEOUT_S, rcvbuf=SOCKET_BUFFER) as consumer:
             consumer.handshake()
             consumer.subscribe(topic, "bench", 1, sub_type=pb.CommandSubscribe.Shared)
-            consumer.flow(1, PERMITS)  # then nothing is read until the hold is over
             for sequence_id in range(MESSAGES):
                 producer.send_raw(producer.send_frame(1, sequence_id, payload))
             for _ in range(MESSAGES):
                 producer.expect(pb.BaseCommand.SEND_RECEIPT)
             stored = time.monotonic()
+            consumer.flow(1, PERMITS)  # then nothing is read until the hold is over
             _wait_until(lambda: not _consumer_stats(broker, topic)["writable"])
             at_flip = _consumer_stats(broker, topic)
             flipped = time.monotonic()

@@ -26,7 +26,8 @@ from bench.plan import Plan, SectionResult
 from bench.report import Row, judge
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.consumer import ConnectionHandle, Consumer, PermitTotal
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+from brokerlet.dispatch.permits import PermitTotal
 from brokerlet.testing import percentile
 
 BUSY_SECONDS = 0.050
@@ -64,7 +65,8 @@ def measure(path: str, samples: int) -> list[float]:
     dispatcher = FakeDispatcher.start(total)
     handle = ConnectionHandle(peer="bench", channel=None, event_loop=None)  # type: ignore[arg-type]
     consumer = Consumer(1, "c", "t", "s", 1, 0, handle)
-    consumer.attach(total, ConflatedTell(dispatcher, Wake()))
+    gate = ConflatedTell(dispatcher, Wake())  # type: ignore[arg-type]  # a stand-in dispatcher
+    consumer.attach(total, gate)
     latencies = []
     try:
         for _ in range(samples):

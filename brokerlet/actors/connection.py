@@ -20,43 +20,49 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pykka
 
 from brokerlet import __version__
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.consumer import ConnectionHandle, Consumer
-from brokerlet.actors.dispatcher import (
-    KEY_SHARED,
+from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.messages import (
     Ack,
     AddConsumer,
+    AddProducer,
+    Append,
+    Appended,
+    AppendItem,
+    ConnectionLost,
     ConsumerClosedByBroker,
+    GetLastEntry,
     GetMarkDelete,
+    GetTopic,
+    LookupCheck,
+    PartitionedMetadata,
+    Received,
     Redeliver,
     RemoveConsumer,
+    RemoveProducer,
+    ResolvePosition,
     Seek,
+    Subscribe,
+    TopicClosedByBroker,
+    TopicsOfNamespace,
+    UnexpectedMessage,
+    WriteAfterMessages,
 )
-from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.keyshared import KeySharedMeta
 from brokerlet.actors.refusals import (
     RepeatedWarning,
     refuse_invalid_text,
     refuse_unsupported,
     request_id_of,
 )
-from brokerlet.actors.supervision import TopicClosedByBroker, record_failure, tell_quietly
-from brokerlet.actors.topic import (
-    AddProducer,
-    Append,
-    Appended,
-    AppendItem,
-    GetLastEntry,
-    RemoveProducer,
-    ResolvePosition,
-    Subscribe,
-)
+from brokerlet.actors.supervision import record_failure, tell_quietly
 from brokerlet.config import Settings
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+from brokerlet.keyshared import KeySharedMeta
 from brokerlet.metadata.listeners import Listener, UnknownListener, parse_listeners, pick_listener
 from brokerlet.metadata.naming import InvalidName, TopicName
 from brokerlet.metadata.topics import filter_by_pattern, topics_hash
@@ -74,7 +80,12 @@ from brokerlet.transport.protocol import (
     pb,
 )
 
-__all__ = ["ConnectionActor", "ConnectionLost", "Received", "valid_topic_name"]
+if TYPE_CHECKING:
+    from brokerlet.actors.broker import BrokerActor
+    from brokerlet.actors.dispatcher import DispatcherActor
+    from brokerlet.actors.topic import TopicActor
+
+__all__ = ["ConnectionActor", "valid_topic_name"]
 
 log = logging.getLogger(__name__)
 
@@ -99,58 +110,12 @@ def valid_topic_name(topic: str) -> bool:
     return True
 
 
-@dataclass(frozen=True, slots=True)
-class Received:
-    frames: list[Frame]
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLost:
-    reason: str
-
-
 @dataclass(slots=True)
 class _Producer:
     producer_id: int
     name: str
     topic: str
-    topic_ref: Any
-
-
-@dataclass(frozen=True, slots=True)
-class GetTopic:
-    """Asked of the broker actor: the topic's actor, created on first use.
-
-    ``recovering``: a topic found in storage at start-up, admitted without the metadata's
-    existence rules (and recorded in the metadata if it was missing there).
-    """
-
-    name: str
-    recovering: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionedMetadata:
-    """Asked of the broker actor: the topic's partition count (0: non-partitioned); a
-    partitioned topic may be auto-created. Raises BrokerError when refused."""
-
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class LookupCheck:
-    """Asked of the broker actor: returns when a binary LOOKUP of ``name`` may be answered,
-    raises BrokerError when not."""
-
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class TopicsOfNamespace:
-    """Asked of the broker actor: the namespace's full topic names (partitions expanded)."""
-
-    namespace: str
-    mode: int
+    topic_ref: pykka.ActorRef[TopicActor]
 
 
 class ConnectionActor(GeventActor):
@@ -160,7 +125,7 @@ class ConnectionActor(GeventActor):
         self,
         *,
         handle: ConnectionHandle,
-        broker: Any,  # pykka.ActorRef of the BrokerActor
+        broker: pykka.ActorRef[BrokerActor],
         settings: Settings,
         advertised_url: str,
         close_socket: Callable[[str], None],
@@ -213,6 +178,8 @@ class ConnectionActor(GeventActor):
             self._closed_by_broker(message.consumer)
         elif kind is TopicClosedByBroker:
             self._topic_closed(message.topic)
+        else:
+            raise UnexpectedMessage(self, message)
 
     def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
         # A bug of ours, not the peer's: drop the connection rather than serve it half-broken.
@@ -346,7 +313,7 @@ class ConnectionActor(GeventActor):
         request = command.partitioned_metadata
         response = pb.CommandPartitionedTopicMetadataResponse(request_id=request.request_id)
         try:
-            response.partitions = self.broker.ask(PartitionedMetadata(request.topic))
+            response.partitions = self.broker.ask(PartitionedMetadata(request.topic), block=True)
             response.response = pb.CommandPartitionedTopicMetadataResponse.Success
         except BrokerError as error:
             response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
@@ -358,7 +325,7 @@ class ConnectionActor(GeventActor):
         request = command.lookup
         response = pb.CommandLookupTopicResponse(request_id=request.request_id)
         try:
-            self.broker.ask(LookupCheck(request.topic))
+            self.broker.ask(LookupCheck(request.topic), block=True)
             listener = pick_listener(
                 listeners_of(self.settings.advertised_listeners),
                 request.advertised_listener_name or None,
@@ -387,7 +354,9 @@ class ConnectionActor(GeventActor):
     def _topics_of_namespace(self, command: pb.BaseCommand) -> None:
         request = command.get_topics_of_namespace
         response = pb.CommandGetTopicsOfNamespaceResponse(request_id=request.request_id)
-        names = self.broker.ask(TopicsOfNamespace(request.namespace, request.mode))
+        names: list[str] = self.broker.ask(
+            TopicsOfNamespace(request.namespace, request.mode), block=True
+        )
         pattern = request.topics_pattern
         if (
             pattern
@@ -420,8 +389,9 @@ class ConnectionActor(GeventActor):
     def _success(self, request_id: int) -> None:
         self._send(T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request_id)))
 
-    def _topic(self, name: str) -> Any:
-        return self.broker.ask(GetTopic(name))
+    def _topic(self, name: str) -> pykka.ActorRef[TopicActor]:
+        topic: pykka.ActorRef[TopicActor] = self.broker.ask(GetTopic(name), block=True)
+        return topic
 
     # Producers.
 
@@ -453,7 +423,7 @@ class ConnectionActor(GeventActor):
         name = request.producer_name or f"brokerlet-{next(_producer_names)}"
         try:
             topic_ref = self._topic(request.topic)
-            topic_ref.ask(AddProducer(name, self.peer, self.actor_ref))
+            topic_ref.ask(AddProducer(name, self.peer, self.actor_ref), block=True)
         except BrokerError as error:
             self._error(request.request_id, error.code, error.message)
             return
@@ -479,7 +449,7 @@ class ConnectionActor(GeventActor):
             tell_quietly(producer.topic_ref, RemoveProducer(producer.name))
         self._success(request.request_id)
 
-    def _topic_closed(self, topic_ref: Any) -> None:
+    def _topic_closed(self, topic_ref: pykka.ActorRef[TopicActor]) -> None:
         """The topic failed: close its producers, so their clients reconnect to its successor."""
         for producer in [p for p in self.producers.values() if p.topic_ref is topic_ref]:
             self._producer_closed_by_broker(producer)
@@ -595,7 +565,7 @@ class ConnectionActor(GeventActor):
 
     # Consumers.
 
-    def _dispatcher_of(self, consumer: Consumer) -> Any:
+    def _dispatcher_of(self, consumer: Consumer) -> pykka.ActorRef[DispatcherActor]:
         assert consumer.read_gate is not None
         return consumer.read_gate.actor_ref
 
@@ -621,10 +591,11 @@ class ConnectionActor(GeventActor):
         except BrokerError as error:
             self._error(request_id, error.code, error.message)
             return
-        dispatcher = topic_ref.ask(
+        dispatcher: pykka.ActorRef[DispatcherActor] = topic_ref.ask(
             Subscribe(
                 request.subscription, request.sub_type, durable, request.initial_position, start
-            )
+            ),
+            block=True,
         )
         consumer = Consumer(
             consumer_id=request.consumer_id,
@@ -635,11 +606,11 @@ class ConnectionActor(GeventActor):
             priority=request.priority_level,
             connection=self.handle,
             key_shared=KeySharedMeta.from_command(request)
-            if request.sub_type == KEY_SHARED
+            if request.sub_type == pb.CommandSubscribe.Key_Shared
             else None,
         )
         try:
-            dispatcher.ask(AddConsumer(consumer))
+            dispatcher.ask(AddConsumer(consumer), block=True)
         except BrokerError as error:
             self._error(request_id, error.code, error.message)
             return
@@ -718,7 +689,9 @@ class ConnectionActor(GeventActor):
 
     def _remove(self, consumer: Consumer, *, unsubscribe: bool) -> None:
         with contextlib.suppress(pykka.ActorDeadError):
-            self._dispatcher_of(consumer).ask(RemoveConsumer(consumer, unsubscribe=unsubscribe))
+            self._dispatcher_of(consumer).ask(
+                RemoveConsumer(consumer, unsubscribe=unsubscribe), block=True
+            )
 
     def _seek(self, command: pb.BaseCommand) -> None:
         request = command.seek
@@ -733,32 +706,38 @@ class ConnectionActor(GeventActor):
             )
             return
         target = (request.message_id.ledger_id, request.message_id.entry_id)
-        entry_id = self._topic(consumer.topic).ask(ResolvePosition(target))
-        for own in self._dispatcher_of(consumer).ask(Seek(entry_id, self.handle)):
-            self._closed_by_broker(own)
-        self._success(request.request_id)
+        entry_id: int = self._topic(consumer.topic).ask(ResolvePosition(target), block=True)
+        own_consumers: list[Consumer] = self._dispatcher_of(consumer).ask(
+            Seek(entry_id, self.handle), block=True
+        )
+        frames = [frame for own in own_consumers for frame in self._forget_closed(own)]
+        success = T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request.request_id))
+        frames.append(encode_command(success))
+        # After the MESSAGE frames of the closed consumers, then the answer.
+        self.handle.event_loop.tell(WriteAfterMessages(self.handle, frames))
 
     def _closed_by_broker(self, consumer: Consumer) -> None:
+        frames = self._forget_closed(consumer)
+        if frames:
+            # Through the event loop, so it follows the MESSAGE frames queued there for it.
+            self.handle.event_loop.tell(WriteAfterMessages(self.handle, frames))
+
+    def _forget_closed(self, consumer: Consumer) -> list[bytes]:
+        """Drop a consumer the broker closed; the CLOSE_CONSUMER frame to send, if it was ours."""
         if self.consumers.get(consumer.consumer_id) is not consumer:
-            return
+            return []
         del self.consumers[consumer.consumer_id]
         self._consumers_changed()
-        self._send(
-            T(
-                type=T.CLOSE_CONSUMER,
-                close_consumer=pb.CommandCloseConsumer(
-                    consumer_id=consumer.consumer_id, request_id=NO_ID
-                ),
-            )
-        )
+        close = pb.CommandCloseConsumer(consumer_id=consumer.consumer_id, request_id=NO_ID)
+        return [encode_command(T(type=T.CLOSE_CONSUMER, close_consumer=close))]
 
     def _get_last_message_id(self, command: pb.BaseCommand) -> None:
         request = command.get_last_message_id
         consumer = self._requested_consumer(request.consumer_id, request.request_id)
         if consumer is None:
             return
-        ledger_id, last = self._topic(consumer.topic).ask(GetLastEntry())
-        mark_delete = self._dispatcher_of(consumer).ask(GetMarkDelete())
+        ledger_id, last = self._topic(consumer.topic).ask(GetLastEntry(), block=True)
+        mark_delete: int = self._dispatcher_of(consumer).ask(GetMarkDelete(), block=True)
         response = pb.CommandGetLastMessageIdResponse(request_id=request.request_id)
         # An empty topic answers -1:-1, which the client reads as "nothing there".
         response.last_message_id.ledger_id = ledger_id if last >= 0 else NO_ID

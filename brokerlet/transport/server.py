@@ -19,7 +19,6 @@ import socket as stdlib_socket
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import gevent
 import pykka
@@ -28,10 +27,12 @@ from gevent.server import StreamServer
 
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import TIME_SLICE
-from brokerlet.actors.connection import ConnectionActor, ConnectionLost, Received
-from brokerlet.actors.consumer import ConnectionHandle
-from brokerlet.actors.eventloop import WritabilityChanged
+from brokerlet.actors.broker import BrokerActor
+from brokerlet.actors.connection import ConnectionActor
+from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.actors.messages import ConnectionLost, Received, WritabilityChanged
 from brokerlet.config import Settings
+from brokerlet.dispatch.consumer import ConnectionHandle
 from brokerlet.transport.channel import Channel
 from brokerlet.transport.protocol import FrameDecoder, ProtocolError, encode_command, pb
 from brokerlet.transport.sockopts import configure_socket
@@ -57,8 +58,8 @@ class Server:
         self,
         settings: Settings,
         *,
-        broker: Any,
-        event_loops: list[Any],
+        broker: pykka.ActorRef[BrokerActor],
+        event_loops: list[pykka.ActorRef[EventLoopActor]],
         advertised_url: Callable[[], str],
     ) -> None:
         self.settings = settings
@@ -68,7 +69,7 @@ class Server:
         self._next_loop = itertools.cycle(range(len(event_loops)))
         self._connections: set[socket.socket] = set()
         self._per_ip: Counter[str] = Counter()
-        self._actors: set[Any] = set()
+        self._actors: set[pykka.ActorRef[ConnectionActor]] = set()
         self._server: StreamServer | None = None
 
     @property
@@ -182,7 +183,11 @@ class Server:
             self._actors.discard(actor)
 
     def _read_loop(
-        self, sock: socket.socket, actor: Any, channel: Channel, peer: str
+        self,
+        sock: socket.socket,
+        actor: pykka.ActorRef[ConnectionActor],
+        channel: Channel,
+        peer: str,
     ) -> str | None:
         """Receive until the connection ends; returns why it ended."""
         decoder = FrameDecoder(self.settings.max_message_size + FRAME_PADDING)

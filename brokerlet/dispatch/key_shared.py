@@ -1,12 +1,12 @@
 """Key_Shared dispatch rules, used by a subscription's dispatcher.
 
-Messages with one key are delivered to, and stay unacked at, one consumer at a time
-(reference: pulsar-dispatch.md §3). :class:`KeySharedRules` holds what that needs beyond a
-Shared dispatcher: the sticky-key selector (immutable snapshots, binary search), the
-draining-hashes tracker (PIP-379), the sticky-key hash of each pending or replayed entry,
-and the look-ahead limit. The dispatcher calls it at membership changes, when it reads, when
-it hands entries out and when entries are acknowledged or redelivered; all on the
-dispatcher actor.
+Messages with one key are delivered to, and stay unacked at, one consumer at a time, as
+Pulsar's ``PersistentStickyKeyDispatcherMultipleConsumers`` does. :class:`KeySharedRules`
+holds what that needs beyond a Shared dispatcher: the sticky-key selector (immutable
+snapshots, binary search), the draining-hashes tracker (PIP-379), the sticky-key hash of
+each pending or replayed entry, and the look-ahead limit. The dispatcher calls it at
+membership changes, when it reads, when it hands entries out and when entries are
+acknowledged or redelivered; all on the dispatcher actor.
 
 How ordering holds through churn:
 
@@ -26,53 +26,42 @@ import base64
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from typing import Any
 
-from brokerlet.actors.consumer import Consumer
 from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.replay import ReplaySet
 from brokerlet.config import Settings
+from brokerlet.dispatch.consumer import Consumer
+from brokerlet.dispatch.delivery import DeliveryBook
+from brokerlet.dispatch.replay import ReplaySet
+from brokerlet.dispatch.strategy import (
+    BACK_OFF,
+    KEY_SHARED,
+    NOTHING,
+    Deliver,
+    ReadPlan,
+    Strategy,
+    WakeAfter,
+)
 from brokerlet.keyshared import (
     ConsumerAssignError,
     DrainingHashesTracker,
     HashRange,
+    KeySharedMeta,
     Selector,
     make_selector,
     sticky_key_hash,
 )
+from brokerlet.keyshared.meta import AUTO_SPLIT, STICKY
 from brokerlet.storage.ledger import Entry
 from brokerlet.transport.protocol import ProtocolError, parse_metadata, pb
 
-__all__ = ["KeySharedMeta", "KeySharedRules", "entry_key_hash"]
+__all__ = ["KeySharedRules", "KeySharedStrategy", "entry_key_hash"]
 
 log = logging.getLogger(__name__)
 
 NO_KEY_HASH = sticky_key_hash(b"NONE_KEY") or 1
 """The hash of an entry whose key cannot be read: Pulsar's ``NONE_KEY`` sticky key."""
-
-AUTO_SPLIT = pb.AUTO_SPLIT
-STICKY = pb.STICKY
-
-
-@dataclass(frozen=True, slots=True)
-class KeySharedMeta:
-    """A Key_Shared consumer's SUBSCRIBE options."""
-
-    mode: int = AUTO_SPLIT
-    ranges: tuple[tuple[int, int], ...] = ()
-    allow_out_of_order: bool = False
-
-    @classmethod
-    def from_command(cls, subscribe: pb.CommandSubscribe) -> KeySharedMeta:
-        if not subscribe.HasField("key_shared_meta"):
-            return cls()
-        meta = subscribe.key_shared_meta
-        return cls(
-            meta.key_shared_mode,
-            tuple((r.start, r.end) for r in meta.hash_ranges),
-            meta.allow_out_of_order_delivery,
-        )
 
 
 def entry_key_hash(entry: Entry) -> int:
@@ -326,3 +315,93 @@ class KeySharedRules:
             "allowOutOfOrderDelivery": self.meta.allow_out_of_order,
             "drainingHashesCount": len(self.draining),
         }
+
+
+class KeySharedStrategy(Strategy):
+    """Key_Shared as a dispatcher's strategy: :class:`KeySharedRules` on the delivery book.
+
+    Reading differs from Shared in three ways: a replay read takes only the entries whose
+    consumer can take them now; a normal read looks ahead past held-back entries, but only
+    while the replay set is under the look-ahead limit (else it backs off); and a replay read
+    that could overtake an entry redelivered meanwhile is discarded (the order guard).
+    """
+
+    def __init__(
+        self,
+        book: DeliveryBook,
+        meta: KeySharedMeta,
+        settings: Settings,
+        wake_after: WakeAfter,
+    ) -> None:
+        super().__init__(book, KEY_SHARED)
+        self.tracks_entries = True
+        interval = settings.key_shared_unblocking_interval_ms
+        self.rules = KeySharedRules(meta, settings, lambda: wake_after(interval))
+        self._min_replayed = -1  # the replay set's head when the last replay read was planned
+
+    def add(self, consumer: Consumer) -> None:
+        super().add(consumer)
+        meta = consumer.key_shared or KeySharedMeta()
+        if self.book.consumers:
+            self.rules.check_compatible(meta)
+        self.rules.add_consumer(consumer, meta)
+
+    def remove(self, consumer: Consumer) -> None:
+        self.rules.remove_consumer(consumer)
+
+    def candidates(self) -> Sequence[Consumer]:
+        return self.book.consumers
+
+    def plan_read(self, batch: int) -> ReadPlan:
+        book = self.book
+        replay = book.replay
+        budgets = book.budgets()
+        if replay:
+            ids = self.rules.select_replay(replay, dict(budgets), batch)
+            if ids:
+                self._min_replayed = replay.first()
+                return ReadPlan(replay_ids=ids)
+            # Nothing in the replay set can go out now: look ahead with a normal read.
+        if book.blocked_on_unacked:
+            return NOTHING
+        limit = self.rules.look_ahead_limit(len(book.consumers))
+        if len(replay) >= limit or not any(b > 0 for b in budgets.values()):
+            return BACK_OFF
+        return ReadPlan(count=min(batch, max(limit - len(replay), 1)))
+
+    def replay_ready(self) -> bool:
+        replay = self.book.replay
+        return bool(replay) and bool(self.rules.select_replay(replay, self.book.budgets(), 1))
+
+    def replay_stale(self) -> bool:
+        replay = self.book.replay
+        return bool(replay) and replay.first() < self._min_replayed
+
+    def assign(
+        self, entries: list[Entry], deliver: Deliver, *, replay: bool
+    ) -> list[tuple[Entry, int]]:
+        rules = self.rules
+        waiting = self.book.replay
+        if replay:
+            rules.remember(entries, waiting)
+        batches, held = rules.assign(entries, self.book.budgets(), waiting, from_replay=replay)
+        for consumer, batch in batches.items():
+            deliver(consumer, batch, sum(e.num_messages for e in batch))
+        rules.forget_read(entry for entry, _ in held)
+        return held
+
+    def delivered(self, consumer: Consumer, batch: list[Entry]) -> None:
+        for entry in batch:
+            self.rules.delivered(consumer, entry)
+
+    def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:
+        return self.rules.released(consumer, entry_id, closing=closing)
+
+    def ack_scope(self) -> AbstractContextManager[object]:
+        return self.rules.draining.batch()  # one unblock notification per ACK
+
+    def consumer_stats(self, consumer: Consumer) -> dict[str, Any]:
+        return self.rules.consumer_stats(consumer)
+
+    def stats(self) -> dict[str, Any]:
+        return self.rules.stats()

@@ -8,47 +8,31 @@ and FLOWs, and the dispatcher actor of its subscription. They touch disjoint par
   :meth:`Consumer.attach` and :meth:`Consumer.detach`.
 
 Permits are the one field both write. They live behind the consumer's own small lock, and the
-dispatcher's total is a :class:`PermitTotal` that every writer updates atomically, so a FLOW
-reaches the total at once, without queueing behind the dispatcher's mailbox (DESIGN.md, "Flow").
+dispatcher's total is a :class:`~brokerlet.dispatch.permits.PermitTotal` that every writer updates
+atomically, so a FLOW reaches the total at once, without queueing behind the dispatcher's mailbox
+(docs/architecture.md, "Flow").
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from brokerlet.actors.stats import Rate
+from brokerlet.dispatch.permits import PermitTotal
+from brokerlet.dispatch.stats import Rate
 
 if TYPE_CHECKING:
+    import pykka
+
     from brokerlet.actors._conflate import ConflatedTell
-    from brokerlet.actors.keyshared import KeySharedMeta
+    from brokerlet.actors.connection import ConnectionActor
+    from brokerlet.actors.dispatcher import DispatcherActor
+    from brokerlet.actors.eventloop import EventLoopActor
+    from brokerlet.keyshared import KeySharedMeta
     from brokerlet.transport.channel import Channel
 
-__all__ = ["ConnectionHandle", "Consumer", "PermitTotal"]
-
-
-class PermitTotal:
-    """A dispatcher's total of its consumers' permits, updated atomically by every writer.
-
-    The total may go negative and is never clamped: it equals the sum of the accounted
-    consumers' balances at every quiescent point.
-    """
-
-    __slots__ = ("_lock", "_value")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._value = 0
-
-    @property
-    def value(self) -> int:
-        return self._value
-
-    def add(self, delta: int) -> int:
-        with self._lock:
-            self._value += delta
-            return self._value
+__all__ = ["ConnectionHandle", "Consumer"]
 
 
 @dataclass(eq=False)
@@ -61,11 +45,12 @@ class ConnectionHandle:
 
     peer: str
     channel: Channel
-    event_loop: Any  # pykka.ActorRef of the EventLoopActor that owns this channel's I/O tasks
-    actor: Any = None  # pykka.ActorRef of the ConnectionActor, for broker-initiated closes
+    event_loop: pykka.ActorRef[EventLoopActor]  # owns this channel's I/O tasks
+    actor: pykka.ActorRef[ConnectionActor] | None = None  # for broker-initiated closes
     consumers: tuple[Consumer, ...] = ()
     closed: bool = False
-    writable_notice: ConflatedTell | None = None  # WritabilityChanged to ``event_loop``, conflated
+    # WritabilityChanged to ``event_loop``, conflated.
+    writable_notice: ConflatedTell[EventLoopActor] | None = None
 
     def channel_writability_changed(self, writable: bool) -> None:
         """The channel's callback; runs on the I/O path, so it only queues a notification."""
@@ -84,7 +69,7 @@ class Consumer:
     sub_type: int
     priority: int
     connection: ConnectionHandle
-    read_gate: ConflatedTell | None = None  # the dispatcher's conflated read request
+    read_gate: ConflatedTell[DispatcherActor] | None = None  # the dispatcher's read request
     key_shared: KeySharedMeta | None = None  # Key_Shared options from SUBSCRIBE
 
     # Dispatcher-owned state.
@@ -165,7 +150,7 @@ class Consumer:
             if self._total is not None:
                 self._total.add(-messages)
 
-    def attach(self, total: PermitTotal, read_gate: ConflatedTell) -> None:
+    def attach(self, total: PermitTotal, read_gate: ConflatedTell[DispatcherActor]) -> None:
         """Start accounting: the balance so far joins the dispatcher's total."""
         with self._lock:
             self.read_gate = read_gate

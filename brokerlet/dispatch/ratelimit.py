@@ -6,12 +6,14 @@ one second of tokens and refills continuously. Dispatch charges it after sending
 may go negative; the dispatcher reads no more than the tokens left, and when a bucket is
 empty it reschedules the read for when tokens return instead of reading.
 
-Buckets of a topic or of the broker are shared by several dispatcher actors. They run on one
-gevent hub and a bucket operation never yields, so no lock is needed there.
+Buckets of a topic or of the broker are shared by several dispatcher actors, so every bucket
+operation (refill, read, charge) holds the bucket's lock: the accounting holds on real threads
+too, not only because a gevent hub never switches inside one.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -21,17 +23,19 @@ __all__ = ["DispatchRateLimiter", "TokenBucket", "limiters_allowance", "limiters
 class TokenBucket:
     """``rate`` tokens per second, at most ``rate`` banked."""
 
-    __slots__ = ("_clock", "_stamp", "_tokens", "rate")
+    __slots__ = ("_clock", "_lock", "_stamp", "_tokens", "rate")
 
     def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
         if rate <= 0:
             raise ValueError("rate must be positive")
         self.rate = rate
         self._clock = clock
+        self._lock = threading.Lock()
         self._tokens = float(rate)
         self._stamp = clock()
 
     def _refill(self) -> float:
+        """Add the tokens earned since the last call; the caller holds ``_lock``."""
         now = self._clock()
         self._tokens = min(self.rate, self._tokens + (now - self._stamp) * self.rate)
         self._stamp = now
@@ -39,16 +43,19 @@ class TokenBucket:
 
     @property
     def tokens(self) -> float:
-        return self._refill()
+        with self._lock:
+            return self._refill()
 
     def charge(self, amount: int) -> None:
         """Spend ``amount`` tokens (after sending); the balance may go negative."""
-        self._refill()
-        self._tokens -= amount
+        with self._lock:
+            self._refill()
+            self._tokens -= amount
 
     def seconds_until_available(self) -> float:
         """How long until at least one token is there (0 if there is one now)."""
-        tokens = self._refill()
+        with self._lock:
+            tokens = self._refill()
         return 0.0 if tokens >= 1 else (1 - tokens) / self.rate
 
 
