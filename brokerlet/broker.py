@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -24,9 +25,15 @@ import pykka
 from brokerlet.actors.broker import BrokerActor, GetAllStats, GetTopic, GetTopicStats
 from brokerlet.actors.eventloop import EventLoopActor
 from brokerlet.admin import AdminServer
+from brokerlet.admin._routes_app import mount_routes
+from brokerlet.admin.rest import AdminContext
 from brokerlet.config import Settings, load_settings
+from brokerlet.security.authorization import PolicySource
+from brokerlet.security.http import authenticating, start_https
+from brokerlet.security.service import Security
 from brokerlet.storage import DiskStorage, FileOps
 from brokerlet.transport.server import Server
+from brokerlet.transport.tls import server_context
 
 __all__ = ["Broker"]
 
@@ -41,8 +48,16 @@ class Broker:
     Args:
         settings: a complete settings object; defaults to :func:`load_settings` with no file
             and no environment, so an embedded broker is not steered by ``BROKERLET_*``.
+        pulsar_config: a Pulsar ``broker.conf`` / ``standalone.conf`` read under the
+            overrides (only without ``settings``).
+        policies: where tenants' admin roles and namespace permissions come from; defaults
+            to an in-memory store with ``public/default`` (see :attr:`policies`).
         **overrides: individual settings, by snake_case key or Pulsar alias
             (``Broker(port=0, dispatcherMaxReadBatchSize=50)``).
+
+    Raises:
+        SettingsError: a bad setting, an unsupported authentication provider, or TLS or
+            key files that cannot be loaded.
 
     Example::
 
@@ -55,10 +70,14 @@ class Broker:
         settings: Settings | None = None,
         *,
         storage_file_ops: FileOps | None = None,
+        pulsar_config: str | os.PathLike[str] | None = None,
+        policies: PolicySource | None = None,
         **overrides: object,
     ) -> None:
         if settings is None:
-            settings = load_settings(env={}, overrides=overrides)
+            settings = load_settings(env={}, overrides=overrides, pulsar_config=pulsar_config)
+        elif pulsar_config is not None:
+            raise TypeError("pass pulsar_config or settings, not both")
         elif overrides:
             settings = settings.replace(**overrides)
         # An ephemeral broker gets an ephemeral web service too, unless another port was
@@ -72,6 +91,12 @@ class Broker:
         ):
             settings = settings.replace(web_service_port=0)
         self.settings = settings
+        self.security = Security.from_settings(settings, policies)
+        self.policies = self.security.authorizer.policies
+        uses_tls = settings.broker_service_port_tls >= 0 or settings.web_service_port_tls >= 0
+        self._tls_context = server_context(settings) if uses_tls else None
+        self._tls_server: Server | None = None
+        self._https: Any = None
         self._file_ops = storage_file_ops
         self._storage: DiskStorage | None = None
         self._thread: threading.Thread | None = None
@@ -149,10 +174,30 @@ class Broker:
     @property
     def service_url(self) -> str:
         """The ``pulsar://`` URL clients should use (also what lookups answer)."""
-        if self.settings.advertised_url:
+        if self.settings.advertised_url.startswith("pulsar://"):
             return self.settings.advertised_url
         host, port = self.address
         return f"pulsar://{host}:{port}"
+
+    @property
+    def service_url_tls(self) -> str | None:
+        """The ``pulsar+ssl://`` URL, or None without a TLS listener."""
+        if self._tls_server is None:
+            return None
+        if self.settings.advertised_url_tls:
+            return self.settings.advertised_url_tls
+        if self.settings.advertised_url.startswith("pulsar+ssl://"):
+            return self.settings.advertised_url
+        host, port = self._tls_server.address
+        return f"pulsar+ssl://{host}:{port}"
+
+    @property
+    def web_service_url_tls(self) -> str | None:
+        """The HTTPS base URL, or None without an HTTPS listener."""
+        if self._https is None:
+            return None
+        host, port = self._https.address[:2]
+        return f"https://{host}:{port}"
 
     # Observability.
 
@@ -249,8 +294,20 @@ class Broker:
             broker=self._broker_actor,
             event_loops=self._event_loops,
             advertised_url=lambda: self.service_url,
+            security=self.security,
         )
         self._server.start()
+        if self._tls_context is not None and self.settings.broker_service_port_tls >= 0:
+            self._tls_server = Server(
+                self.settings,
+                broker=self._broker_actor,
+                event_loops=self._event_loops,
+                advertised_url=lambda: self.service_url,
+                tls_context=self._tls_context,
+                advertised_url_tls=lambda: self.service_url_tls or "",
+                security=self.security,
+            )
+            self._tls_server.start()
         if self.settings.web_service_enabled:
             self._admin = AdminServer(
                 self.settings.host,
@@ -258,11 +315,24 @@ class Broker:
                 topic_stats=self.topic_stats,
                 all_stats=self.stats,
             )
+            context = AdminContext(
+                broker=self._broker_actor, settings=self.settings, security=self.security
+            )
+            app = authenticating(mount_routes(context, self._admin.application), self.security)
+            self._admin.application = app  # type: ignore[method-assign,assignment]
             self._admin.start()
+            if self._tls_context is not None and self.settings.web_service_port_tls >= 0:
+                self._https = start_https(
+                    self.settings.host, self.settings.web_service_port_tls, app, self._tls_context
+                )
 
     def _shutdown(self) -> None:
+        if self._https is not None:
+            self._https.stop(timeout=1.0)
         if self._admin is not None:
             self._admin.stop()
+        if self._tls_server is not None:
+            self._tls_server.stop()
         if self._server is not None:
             self._server.stop()
         for ref in [self._broker_actor, *self._event_loops]:

@@ -30,16 +30,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(describe_settings())
         return 0
 
+    # Configured before settings load, so the Pulsar-config notice of ignored keys shows.
+    logging.basicConfig(format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    logging.getLogger("brokerlet").setLevel(logging.INFO)
     try:
         settings = settings_from_args(args, defaults={"storage": "disk"})
+        logging.getLogger().setLevel(settings.log_level)
+        logging.getLogger("brokerlet").setLevel(settings.log_level)
+        broker = Broker(settings)
     except SettingsError as error:
         print(f"brokerlet: bad setting: {error}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-    )
-    broker = Broker(settings)
 
     def stop() -> None:
         logging.getLogger("brokerlet").info("stopping")

@@ -49,6 +49,7 @@ from brokerlet.actors.topic import (
     Subscribe,
 )
 from brokerlet.config import Settings
+from brokerlet.security.session import CheckCredentials, ConnectionAuth
 from brokerlet.storage.ledger import NewEntry
 from brokerlet.transport.protocol import (
     PROTOCOL_VERSION,
@@ -113,6 +114,9 @@ class ConnectionActor(GeventActor):
         settings: Settings,
         advertised_url: str,
         close_socket: Callable[[str], None],
+        advertised_url_tls: str = "",
+        security: Any = None,
+        peer_cert: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.handle = handle
@@ -122,6 +126,8 @@ class ConnectionActor(GeventActor):
         self.settings = settings
         self.advertised_url = advertised_url
         self._close_socket = close_socket
+        self.advertised_url_tls = advertised_url_tls  # set only on TLS connections
+        self.auth = ConnectionAuth(security, self.peer, peer_cert, self._send, self._disconnect)
         self.connected = False
         self.protocol_version = 0
         self.producers: dict[int, _Producer] = {}
@@ -142,6 +148,7 @@ class ConnectionActor(GeventActor):
             T.UNSUBSCRIBE: self._unsubscribe,
             T.GET_LAST_MESSAGE_ID: self._get_last_message_id,
             T.SEEK: self._seek,
+            T.AUTH_RESPONSE: lambda command: self.auth.auth_response(command.authResponse),
         }
 
     # Actor plumbing.
@@ -156,6 +163,8 @@ class ConnectionActor(GeventActor):
             self._lost(message.reason)
         elif kind is ConsumerClosedByBroker:
             self._closed_by_broker(message.consumer)
+        elif kind is CheckCredentials:
+            self.auth.check_expiry()
 
     def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
         # A bug of ours, not the peer's: drop the connection rather than serve it half-broken.
@@ -172,6 +181,7 @@ class ConnectionActor(GeventActor):
 
     def _lost(self, reason: str) -> None:
         log.info("connection from %s closed: %s", self.peer, reason)
+        self.auth.stop()
         self._release_all()
         self.stop()
 
@@ -223,6 +233,8 @@ class ConnectionActor(GeventActor):
         if self.connected:
             raise _ProtocolViolation("a second CONNECT")
         connect = command.connect
+        if not self.auth.connect(connect, self.actor_ref.tell):
+            return  # refused with AuthenticationError; the connection is closing
         self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
         self.connected = True
         log.debug(
@@ -248,7 +260,11 @@ class ConnectionActor(GeventActor):
     def _partitioned_metadata(self, command: pb.BaseCommand) -> None:
         request = command.partitioned_metadata
         response = pb.CommandPartitionedTopicMetadataResponse(request_id=request.request_id)
-        if valid_topic_name(request.topic):
+        if valid_topic_name(request.topic) and not self.auth.allowed("lookup", request.topic):
+            response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
+            response.error = pb.AuthorizationError
+            response.message = f"Role {self.auth.role!r} may not look up {request.topic}"
+        elif valid_topic_name(request.topic):
             response.partitions = 0
             response.response = pb.CommandPartitionedTopicMetadataResponse.Success
         else:
@@ -260,9 +276,15 @@ class ConnectionActor(GeventActor):
     def _lookup(self, command: pb.BaseCommand) -> None:
         request = command.lookup
         response = pb.CommandLookupTopicResponse(request_id=request.request_id)
-        if valid_topic_name(request.topic):
+        if valid_topic_name(request.topic) and not self.auth.allowed("lookup", request.topic):
+            response.response = pb.CommandLookupTopicResponse.Failed
+            response.error = pb.AuthorizationError
+            response.message = f"Role {self.auth.role!r} may not look up {request.topic}"
+        elif valid_topic_name(request.topic):
             response.response = pb.CommandLookupTopicResponse.Connect
             response.broker_service_url = self.advertised_url
+            if self.advertised_url_tls:
+                response.broker_service_url_tls = self.advertised_url_tls
             response.authoritative = True
         else:
             response.response = pb.CommandLookupTopicResponse.Failed
@@ -302,6 +324,13 @@ class ConnectionActor(GeventActor):
         if not valid_topic_name(request.topic):
             self._error(
                 request.request_id, pb.InvalidTopicName, f"Invalid topic name {request.topic!r}"
+            )
+            return
+        if not self.auth.allowed("produce", request.topic):
+            self._error(
+                request.request_id,
+                pb.AuthorizationError,
+                f"Role {self.auth.role!r} may not produce on {request.topic}",
             )
             return
         if request.HasField("producer_access_mode") and request.producer_access_mode != 0:
@@ -431,6 +460,13 @@ class ConnectionActor(GeventActor):
             return
         if not valid_topic_name(request.topic):
             self._error(request_id, pb.InvalidTopicName, f"Invalid topic name {request.topic!r}")
+            return
+        if not self.auth.allowed("consume", request.topic):
+            self._error(
+                request_id,
+                pb.AuthorizationError,
+                f"Role {self.auth.role!r} may not consume from {request.topic}",
+            )
             return
         durable = request.durable if request.HasField("durable") else True
         start = None
