@@ -127,7 +127,16 @@ class ConnectionActor(GeventActor):
         self.advertised_url = advertised_url
         self._close_socket = close_socket
         self.advertised_url_tls = advertised_url_tls  # set only on TLS connections
-        self.auth = ConnectionAuth(security, self.peer, peer_cert, self._send, self._disconnect)
+        self.auth = ConnectionAuth(
+            security,
+            self.peer,
+            peer_cert,
+            send=self._send,
+            disconnect=self._disconnect,
+            send_then_disconnect=lambda command, reason: self.channel.write(
+                encode_command(command), lambda _error: self._disconnect(reason)
+            ),
+        )
         self.connected = False
         self.protocol_version = 0
         self.producers: dict[int, _Producer] = {}

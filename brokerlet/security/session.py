@@ -50,6 +50,7 @@ class ConnectionAuth:
         peer_cert: the client's verified TLS certificate, or None.
         send: writes a command on the connection.
         disconnect: closes the connection, with a reason for the log.
+        send_then_disconnect: writes a command and closes the connection once it is out.
     """
 
     def __init__(
@@ -57,10 +58,13 @@ class ConnectionAuth:
         security: Security | None,
         peer: str,
         peer_cert: PeerCert | None,
+        *,
         send: Callable[[pb.BaseCommand], None],
         disconnect: Callable[[str], None],
+        send_then_disconnect: Callable[[pb.BaseCommand, str], None],
     ) -> None:
         self.security = security
+        self._send_then_disconnect = send_then_disconnect
         self.peer = peer
         self.peer_cert = peer_cert
         self._send = send
@@ -174,17 +178,13 @@ class ConnectionAuth:
         log.warning(
             "authentication failed for %s (method %r): %s", self.peer, method or "none", reason
         )
-        self._send(
-            T(
-                type=T.ERROR,
-                error=pb.CommandError(
-                    request_id=NO_REQUEST,
-                    error=pb.AuthenticationError,
-                    message=f"Unable to authenticate: {reason}",
-                ),
-            )
+        self.stop()
+        error = pb.CommandError(
+            request_id=NO_REQUEST,
+            error=pb.AuthenticationError,
+            message=f"Unable to authenticate: {reason}",
         )
-        self._close(f"authentication failed: {reason}")
+        self._send_then_disconnect(T(type=T.ERROR, error=error), f"authentication failed: {reason}")
 
     def _close(self, reason: str) -> None:
         self.stop()
