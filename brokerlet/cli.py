@@ -1,4 +1,5 @@
-"""The ``brokerlet`` command: ``serve`` runs a broker, ``settings`` lists every setting."""
+"""The ``brokerlet`` command: ``serve`` runs a broker, ``settings`` lists every setting,
+``tokens`` makes keys and tokens like ``pulsar tokens``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import gevent
 
 from brokerlet.broker import Broker
 from brokerlet.config import SettingsError, add_arguments, describe_settings, settings_from_args
+from brokerlet.security.tokens_cli import add_tokens_parser, run_tokens
 from brokerlet.storage import StorageError
 
 __all__ = ["main"]
@@ -24,7 +26,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="run a broker until interrupted")
     add_arguments(serve)
     commands.add_parser("settings", help="list every setting with its alias and default")
+    add_tokens_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "tokens":
+        return run_tokens(args)
 
     if args.command == "settings":
         print(describe_settings())
