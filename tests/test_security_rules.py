@@ -156,3 +156,9 @@ def test_a_required_client_certificate_is_enforced_at_the_handshake(pki: Pki) ->
             RawClient(address, tls=pki.client_context(), timeout=3) as anonymous,
         ):
             anonymous.handshake()
+
+
+def test_inline_secrets_stay_out_of_the_settings_repr() -> None:
+    settings = Settings(token_secret_key="data:;base64,c2VjcmV0c2VjcmV0", basic_auth_conf="x")
+    assert "c2VjcmV0c2VjcmV0" not in repr(settings)
+    assert "token_auth_claim='sub'" in repr(settings)

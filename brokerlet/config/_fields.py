@@ -75,10 +75,15 @@ def setting(
     choices: tuple[str, ...] = (),
     non_empty: bool = False,
     url_scheme: str | tuple[str, ...] | None = None,
+    secret: bool = False,
 ) -> _T:
-    """Declare a settings field: its default plus the :class:`Rule` it obeys."""
+    """Declare a settings field: its default plus the :class:`Rule` it obeys.
+
+    A ``secret`` field (a key that may be given inline) is left out of the settings' repr,
+    so logging a Settings object never shows it.
+    """
     rule = Rule(help, alias, minimum, maximum, choices, non_empty, url_scheme)
-    return dataclasses.field(default=default, metadata={RULE_KEY: rule})
+    return dataclasses.field(default=default, metadata={RULE_KEY: rule}, repr=not secret)
 
 
 @dataclass(frozen=True, slots=True)

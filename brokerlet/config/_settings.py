@@ -275,7 +275,7 @@ class Settings:
     )
     token_secret_key: str = setting(
         "", "HMAC key of the token provider: data:;base64,..., file:///..., a path or base64.",
-        alias="tokenSecretKey",
+        alias="tokenSecretKey", secret=True,
     )
     token_public_key: str = setting(
         "", "Public key of the token provider (RSA or EC), given like token_secret_key.",
@@ -297,7 +297,7 @@ class Settings:
     )
     basic_auth_conf: str = setting(
         "", "htpasswd users of the Basic provider: data:, file:, a path or base64.",
-        alias="basicAuthConf",
+        alias="basicAuthConf", secret=True,
     )
     # fmt: on
 
