@@ -16,12 +16,13 @@ from bench.report import Row, print_header, print_table, system_info, write_json
 from bench.sections import FULL, QUICK, SectionResult, run_memory, run_startup, run_throughput
 from bench.storage_section import run_storage
 from bench.throughput import DEFAULT_PRODUCERS
+from bench.tls import run_tls
 
 __all__ = ["main"]
 
 # Client-process sections first; those that run a broker or actors in this process last.
-SECTIONS = ("throughput", "keyshared", "storage", "startup", "memory", "backpressure", "flow",
-            "selector")
+SECTIONS = ("throughput", "tls", "keyshared", "storage", "startup", "memory", "backpressure",
+            "flow", "selector")
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
 
@@ -49,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     runners: dict[str, Callable[[], SectionResult]] = {
         "throughput": lambda: run_throughput(plan, profile_path, args.producers),
+        "tls": lambda: run_tls(plan, args.producers),
         "keyshared": lambda: run_keyshared(plan, args.producers),
         "storage": lambda: run_storage(plan, args.producers),
         "startup": lambda: run_startup(plan),
