@@ -211,6 +211,22 @@ SAMPLES: list[pb.BaseCommand] = [
         type=T.ACTIVE_CONSUMER_CHANGE,
         active_consumer_change=pb.CommandActiveConsumerChange(consumer_id=1, is_active=True),
     ),
+    T(
+        type=T.AUTH_CHALLENGE,
+        auth_challenge=pb.CommandAuthChallenge(
+            server_version="brokerlet",
+            challenge=pb.AuthData(auth_method_name="token", auth_data=b"PulsarAuthRefresh"),
+            protocol_version=20,
+        ),
+    ),
+    T(
+        type=T.AUTH_RESPONSE,
+        auth_response=pb.CommandAuthResponse(
+            client_version="Pulsar-CPP-v4.2.0",
+            response=pb.AuthData(auth_method_name="token", auth_data=b"eyJ..."),
+            protocol_version=20,
+        ),
+    ),
 ]
 
 _PAYLOAD_TYPES = {T.SEND, T.MESSAGE}

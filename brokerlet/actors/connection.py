@@ -157,7 +157,7 @@ class ConnectionActor(GeventActor):
             T.UNSUBSCRIBE: self._unsubscribe,
             T.GET_LAST_MESSAGE_ID: self._get_last_message_id,
             T.SEEK: self._seek,
-            T.AUTH_RESPONSE: lambda command: self.auth.auth_response(command.authResponse),
+            T.AUTH_RESPONSE: lambda command: self.auth.auth_response(command.auth_response),
         }
 
     # Actor plumbing.

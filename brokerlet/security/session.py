@@ -137,7 +137,7 @@ class ConnectionAuth:
         self._send(
             T(
                 type=T.AUTH_CHALLENGE,
-                authChallenge=pb.CommandAuthChallenge(
+                auth_challenge=pb.CommandAuthChallenge(
                     server_version=f"brokerlet-{__version__}",
                     challenge=pb.AuthData(
                         auth_method_name=result.method, auth_data=REFRESH_CHALLENGE

@@ -1717,8 +1717,8 @@ class BaseCommand(_message.Message):
     GET_LAST_MESSAGE_ID_FIELD_NUMBER: _builtins.int
     GET_LAST_MESSAGE_ID_RESPONSE_FIELD_NUMBER: _builtins.int
     ACTIVE_CONSUMER_CHANGE_FIELD_NUMBER: _builtins.int
-    AUTHCHALLENGE_FIELD_NUMBER: _builtins.int
-    AUTHRESPONSE_FIELD_NUMBER: _builtins.int
+    AUTH_CHALLENGE_FIELD_NUMBER: _builtins.int
+    AUTH_RESPONSE_FIELD_NUMBER: _builtins.int
     type: Global___BaseCommand.Type.ValueType
     @_builtins.property
     def connect(self) -> Global___CommandConnect: ...
@@ -1775,9 +1775,9 @@ class BaseCommand(_message.Message):
     @_builtins.property
     def active_consumer_change(self) -> Global___CommandActiveConsumerChange: ...
     @_builtins.property
-    def authChallenge(self) -> Global___CommandAuthChallenge: ...
+    def auth_challenge(self) -> Global___CommandAuthChallenge: ...
     @_builtins.property
-    def authResponse(self) -> Global___CommandAuthResponse: ...
+    def auth_response(self) -> Global___CommandAuthResponse: ...
     def __init__(
         self,
         *,
@@ -1809,12 +1809,12 @@ class BaseCommand(_message.Message):
         get_last_message_id: Global___CommandGetLastMessageId | None = ...,
         get_last_message_id_response: Global___CommandGetLastMessageIdResponse | None = ...,
         active_consumer_change: Global___CommandActiveConsumerChange | None = ...,
-        authChallenge: Global___CommandAuthChallenge | None = ...,
-        authResponse: Global___CommandAuthResponse | None = ...,
+        auth_challenge: Global___CommandAuthChallenge | None = ...,
+        auth_response: Global___CommandAuthResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "authChallenge", b"authChallenge", "authResponse", b"authResponse", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "auth_challenge", b"auth_challenge", "auth_response", b"auth_response", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "authChallenge", b"authChallenge", "authResponse", b"authResponse", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "auth_challenge", b"auth_challenge", "auth_response", b"auth_response", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
