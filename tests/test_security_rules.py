@@ -13,7 +13,11 @@ from passlib.hash import apr_md5_crypt
 from brokerlet import Broker
 from brokerlet.config import Settings, SettingsError
 from brokerlet.security import AuthAction, Authentication, AuthenticationFailed, Authorizer
-from brokerlet.security.authorization import InMemoryPolicies, NamespaceNotFound
+from brokerlet.security.authorization import (
+    InMemoryPolicies,
+    NamespaceNotFound,
+    PulsarShapedPolicies,
+)
 from brokerlet.security.http import RouteRefused, check_route
 from brokerlet.security.service import Security
 from brokerlet.transport.tls import server_context
@@ -162,3 +166,31 @@ def test_inline_secrets_stay_out_of_the_settings_repr() -> None:
     settings = Settings(token_secret_key="data:;base64,c2VjcmV0c2VjcmV0", basic_auth_conf="x")
     assert "c2VjcmV0c2VjcmV0" not in repr(settings)
     assert "token_auth_claim='sub'" in repr(settings)
+
+
+def test_pulsar_shaped_documents_serve_as_a_policy_store() -> None:
+    """How the metadata store plugs in: TenantInfo and Policies as the admin API shapes them."""
+    tenants = {"acme": {"adminRoles": ["boss"], "allowedClusters": ["standalone"]}}
+    namespaces: dict[tuple[str, str], dict[str, object]] = {
+        ("acme", "app"): {"auth_policies": {"namespace_auth": {"w": ["produce", "unknown"]}}}
+    }
+
+    def update(tenant: str, namespace: str, change: object) -> bool:
+        policies = namespaces.get((tenant, namespace))
+        if policies is None:
+            return False
+        change(policies)  # type: ignore[operator]
+        return True
+
+    store = PulsarShapedPolicies(tenants.get, lambda t, ns: namespaces.get((t, ns)), update)
+    rules = Authorizer(enabled=True, super_user_roles=[], policies=store)
+    assert rules.can_produce("w", TOPIC)
+    assert rules.can_consume("boss", TOPIC)
+    assert not rules.can_consume("r", TOPIC)
+    store.grant("acme", "app", "r", {AuthAction.CONSUME})
+    assert namespaces[("acme", "app")]["auth_policies"]["namespace_auth"]["r"] == ["consume"]  # type: ignore[index]
+    assert rules.can_consume("r", TOPIC)
+    store.revoke("acme", "app", "r")
+    assert not rules.can_consume("r", TOPIC)
+    with pytest.raises(NamespaceNotFound):
+        store.grant("acme", "nope", "r", {AuthAction.CONSUME})

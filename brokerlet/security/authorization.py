@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "AuthAction",
@@ -27,6 +27,7 @@ __all__ = [
     "NamespaceNotFound",
     "PolicySource",
     "PolicyStore",
+    "PulsarShapedPolicies",
     "topic_namespace",
 ]
 
@@ -130,6 +131,67 @@ class InMemoryPolicies:
         if permissions is None:
             raise NamespaceNotFound(f"Namespace does not exist: {tenant}/{namespace}")
         return permissions
+
+
+class PulsarShapedPolicies:
+    """A :class:`PolicyStore` over documents shaped as Pulsar's admin API shapes them.
+
+    For wiring authorization to a metadata store that keeps ``TenantInfo``
+    (``{"adminRoles": [...], "allowedClusters": [...]}``) and namespace ``Policies`` (with
+    ``auth_policies.namespace_auth``: role to a list of action names), without this module
+    knowing the store.
+
+    Args:
+        tenant_info: the tenant's TenantInfo, or None when it does not exist.
+        namespace_policies: the namespace's Policies, or None when it does not exist.
+        update_namespace_policies: applies a change to the namespace's Policies in place and
+            stores it; returns False when the namespace does not exist.
+    """
+
+    def __init__(
+        self,
+        tenant_info: Callable[[str], Mapping[str, Any] | None],
+        namespace_policies: Callable[[str, str], Mapping[str, Any] | None],
+        update_namespace_policies: Callable[[str, str, Callable[[dict[str, Any]], None]], bool],
+    ) -> None:
+        self._tenant_info = tenant_info
+        self._namespace_policies = namespace_policies
+        self._update = update_namespace_policies
+
+    def tenant_admin_roles(self, tenant: str) -> frozenset[str] | None:
+        info = self._tenant_info(tenant)
+        return None if info is None else frozenset(info.get("adminRoles") or ())
+
+    def namespace_permissions(
+        self, tenant: str, namespace: str
+    ) -> dict[str, frozenset[AuthAction]] | None:
+        policies = self._namespace_policies(tenant, namespace)
+        if policies is None:
+            return None
+        granted = (policies.get("auth_policies") or {}).get("namespace_auth") or {}
+        known = {a.value for a in AuthAction}
+        return {
+            role: frozenset(AuthAction(a) for a in actions if a in known)
+            for role, actions in granted.items()
+        }
+
+    def grant(self, tenant: str, namespace: str, role: str, actions: Iterable[AuthAction]) -> None:
+        names = sorted(a.value for a in actions)
+
+        def change(policies: dict[str, Any]) -> None:
+            auth = policies.setdefault("auth_policies", {})
+            auth.setdefault("namespace_auth", {})[role] = names
+
+        if not self._update(tenant, namespace, change):
+            raise NamespaceNotFound(f"Namespace does not exist: {tenant}/{namespace}")
+
+    def revoke(self, tenant: str, namespace: str, role: str) -> None:
+        def change(policies: dict[str, Any]) -> None:
+            auth = policies.get("auth_policies") or {}
+            (auth.get("namespace_auth") or {}).pop(role, None)
+
+        if not self._update(tenant, namespace, change):
+            raise NamespaceNotFound(f"Namespace does not exist: {tenant}/{namespace}")
 
 
 def topic_namespace(topic: str) -> tuple[str, str]:
