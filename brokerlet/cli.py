@@ -61,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"brokerlet ready on {broker.service_url}", flush=True)
         if broker.web_service_url is not None:
             print(f"brokerlet stats on {broker.web_service_url}", flush=True)
+        for label, url in (("TLS", broker.service_url_tls), ("HTTPS", broker.web_service_url_tls)):
+            if url is not None:
+                print(f"brokerlet {label} on {url}", flush=True)
 
     try:
         broker.serve_forever(on_ready=ready)

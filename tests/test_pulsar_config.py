@@ -34,7 +34,9 @@ def test_known_keys_apply_under_their_pulsar_names_and_empty_values_keep_default
         "zookeeperServers=\n"  # unknown but empty: not worth a notice
         "managedLedgerDefaultEnsembleSize=1\n"
         "bookkeeperClientTimeoutInSeconds=30\n"
-        "authenticationEnabled=false\n",
+        "authenticationEnabled=false\n"
+        "authorizationProvider=org.apache.pulsar.broker.authorization.PulsarAuthorizationProvider\n"
+        "tlsEnabledWithKeyStore=false\n",
     )
     with caplog.at_level(logging.INFO, logger="brokerlet.config"):
         settings = load_settings(env={}, pulsar_config=conf)
@@ -45,6 +47,8 @@ def test_known_keys_apply_under_their_pulsar_names_and_empty_values_keep_default
     assert len(notices) == 1, "listed once"
     assert "managedLedgerDefaultEnsembleSize, bookkeeperClientTimeoutInSeconds" in notices[0]
     assert "zookeeperServers" not in notices[0]
+    assert "authorizationProvider" not in notices[0], "what brokerlet does anyway"
+    assert "tlsEnabledWithKeyStore" not in notices[0]
 
 
 def test_the_file_is_weaker_than_environment_and_overrides(tmp_path: Path) -> None:

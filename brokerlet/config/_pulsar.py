@@ -102,8 +102,10 @@ def read_pulsar_config(path: str | os.PathLike[str]) -> PulsarConfig:
         known = _KEY_INDEX.get(key.lower())
         if known is None:
             check = dangerous.get(key.lower())
-            if check is not None and check[1](value):
-                raise SettingsError(f"{key} = {value!r} ({origin}): {check[2]}")
+            if check is not None:
+                if check[1](value):
+                    raise SettingsError(f"{key} = {value!r} ({origin}): {check[2]}")
+                continue  # the value asks for what brokerlet does anyway
             if value:
                 unimplemented.append(key)
             continue
