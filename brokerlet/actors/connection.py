@@ -193,6 +193,7 @@ class ConnectionActor(GeventActor):
         # The failure is logged already (GeventActor); nothing here may raise again.
         record_failure("connection")
         try:
+            self.auth.stop()
             self._release_all()
         finally:
             self._close_socket(f"internal error: {exc!r}")

@@ -194,4 +194,7 @@ class ConnectionAuth:
 def _tick(interval: float, tell: Callable[[Any], None]) -> None:
     while True:
         gevent.sleep(interval)
-        tell(CHECK_CREDENTIALS)
+        try:
+            tell(CHECK_CREDENTIALS)
+        except Exception:  # the connection actor is gone (pykka.ActorDeadError): so are we
+            return
