@@ -318,6 +318,7 @@ class Broker:
                 tls_context=self._tls_context,
                 advertised_url_tls=lambda: self.service_url_tls or "",
                 security=self.security,
+                limits_shared_with=self._server,
             )
             self._tls_server.start()
         if self.settings.web_service_enabled:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import ssl
+import time
 from pathlib import Path
 
 import jwt
@@ -194,3 +195,30 @@ def test_pulsar_shaped_documents_serve_as_a_policy_store() -> None:
     assert not rules.can_consume("r", TOPIC)
     with pytest.raises(NamespaceNotFound):
         store.grant("acme", "nope", "r", {AuthAction.CONSUME})
+
+
+def test_the_connection_caps_count_the_tls_listener_too(pki: Pki) -> None:
+    with Broker(
+        port=0,
+        broker_service_port_tls=0,
+        tls_certificate_file_path=pki.broker.cert,
+        tls_key_file_path=pki.broker.key,
+        broker_max_connections=1,
+    ) as broker:
+        assert broker.service_url_tls is not None
+        tls_address = ("127.0.0.1", int(broker.service_url_tls.rsplit(":", 1)[1]))
+        with RawClient(broker.address) as first:
+            first.handshake()
+            with pytest.raises((ssl.SSLError, OSError, ConnectionClosed)):  # noqa: PT012
+                refused = RawClient(tls_address, tls=pki.client_context(), timeout=3)
+                refused.handshake()
+            first.ping()  # the first connection is untouched
+        # The slot frees once the broker has seen the close: a bounded poll, not a sleep.
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                with RawClient(tls_address, tls=pki.client_context()) as later:
+                    later.handshake()
+                break
+            except (ssl.SSLError, OSError, ConnectionClosed):
+                assert time.monotonic() < deadline, "the TLS listener never accepted again"

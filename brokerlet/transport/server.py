@@ -58,6 +58,7 @@ class Server:
     With ``tls_context`` it is the ``pulsar+ssl`` listener instead, on
     ``settings.broker_service_port_tls``: each connection's TLS handshake must finish within
     ``tls_handshake_timeout_seconds``, and its lookups answer ``advertised_url_tls`` too.
+    ``limits_shared_with`` makes the connection caps count both listeners together.
     """
 
     def __init__(
@@ -70,6 +71,7 @@ class Server:
         tls_context: ssl.SSLContext | None = None,
         advertised_url_tls: Callable[[], str] | None = None,
         security: Any = None,
+        limits_shared_with: Server | None = None,
     ) -> None:
         self.settings = settings
         self.broker = broker
@@ -81,6 +83,10 @@ class Server:
         self._next_loop = itertools.cycle(range(len(event_loops)))
         self._connections: set[socket.socket] = set()
         self._per_ip: Counter[str] = Counter()
+        if limits_shared_with is not None:
+            # One broker, one budget: the TLS listener counts against the same caps.
+            self._connections = limits_shared_with._connections
+            self._per_ip = limits_shared_with._per_ip
         self._actors: set[Any] = set()
         self._server: StreamServer | None = None
 
