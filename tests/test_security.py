@@ -564,3 +564,16 @@ def test_the_plain_web_port_checks_credentials_too(secured: Secured) -> None:
     assert requests.get(url, timeout=10).status_code == 403
     token = {"Authorization": f"Bearer {secured.token('admin')}"}
     assert requests.get(url, headers=token, timeout=10).status_code == 200
+
+
+def test_stats_need_the_tenant_admin_or_a_super_user(secured: Secured) -> None:
+    topic_stats = f"{secured.https_url}/admin/v2/persistent/acme/app/some-topic/stats"
+    broker_stats = f"{secured.https_url}/admin/v2/broker-stats/topics"
+    admin_token = {"Authorization": f"Bearer {secured.token('admin')}"}
+    app_token = {"Authorization": f"Bearer {secured.token('app-role')}"}
+    get = lambda url, **kw: requests.get(url, verify=secured.pki.ca, timeout=10, **kw)  # noqa: E731
+    assert get(topic_stats, headers=app_token).status_code == 403
+    assert get(topic_stats, auth=("basic-admin", "admin-pass")).status_code == 404  # allowed
+    assert get(broker_stats, auth=("basic-admin", "admin-pass")).status_code == 403
+    assert get(broker_stats, headers=admin_token).status_code == 200
+    assert get(f"{secured.https_url}/metrics").status_code == 200  # open, as in Pulsar

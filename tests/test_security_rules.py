@@ -19,7 +19,7 @@ from brokerlet.security.authorization import (
     NamespaceNotFound,
     PulsarShapedPolicies,
 )
-from brokerlet.security.http import RouteRefused, check_route
+from brokerlet.security.http import RouteRefused, authenticating, check_route
 from brokerlet.security.service import Security
 from brokerlet.transport.tls import server_context
 from tests.rawclient import ConnectionClosed, RawClient
@@ -222,3 +222,20 @@ def test_the_connection_caps_count_the_tls_listener_too(pki: Pki) -> None:
                 break
             except (ssl.SSLError, OSError, ConnectionClosed):
                 assert time.monotonic() < deadline, "the TLS listener never accepted again"
+
+
+def test_metrics_stay_open_when_everything_else_needs_credentials() -> None:
+    security = Security(Authentication(basic_settings()), authorizer())
+    seen: list[object] = []
+
+    def app(environ: dict[str, object], start_response: object) -> list[bytes]:
+        seen.append(environ.get("brokerlet.role"))
+        start_response("200 OK", [])  # type: ignore[operator]
+        return [b"ok"]
+
+    wrapped = authenticating(app, security)  # type: ignore[arg-type]
+    statuses: list[str] = []
+    for path in ("/metrics", "/admin/v2/broker-stats/topics"):
+        wrapped({"PATH_INFO": path}, lambda status, headers: statuses.append(status))
+    assert statuses == ["200 OK", "401 Unauthorized"]
+    assert seen == [None]

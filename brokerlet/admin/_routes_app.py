@@ -2,7 +2,8 @@
 
 Requests that match a route of :data:`brokerlet.admin.routes.MODULES` are served here (with
 the route's ``auth`` level checked against the role the security wrapper set); anything else
-goes on to ``fallback``, today's stats application.
+goes on to ``fallback``, today's stats application, after the same check with the level its
+route would have (:func:`_stats_level`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ def mount_routes(context: AdminContext, fallback: WSGIApplication) -> WSGIApplic
         try:
             index, url_args = adapter.match()
         except NotFound:
+            level, url_args = _stats_level(environ.get("PATH_INFO", ""))
+            try:
+                check_route(context.security, level, environ.get(ROLE_KEY), url_args)
+            except RouteRefused as refused:
+                return _answer(start_response, 403, {"reason": str(refused)})
             return fallback(environ, start_response)
         except MethodNotAllowed:
             return _answer(start_response, 405, {"reason": "Method Not Allowed"})
@@ -80,6 +86,26 @@ def mount_routes(context: AdminContext, fallback: WSGIApplication) -> WSGIApplic
         return _answer(start_response, 200, result)
 
     return application
+
+
+def _stats_level(path: str) -> tuple[str, dict[str, str]]:
+    """The auth level of the stats app's routes, as Pulsar guards them: topic stats and
+    listings need the tenant's admin, broker-wide stats a super user; /metrics and the
+    health check stay open (Pulsar's authenticateMetricsEndpoint defaults to false)."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:3] == ["admin", "v2", "broker-stats"]:
+        return "super", {}
+    if (
+        len(parts) >= 4
+        and parts[:2] == ["admin", "v2"]
+        and parts[2]
+        in (
+            "persistent",
+            "non-persistent",
+        )
+    ):
+        return "tenant", {"tenant": parts[3]}
+    return "none", {}
 
 
 def _answer(

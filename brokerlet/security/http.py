@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 ROLE_KEY: Final = "brokerlet.role"
 PEER_CERT_KEY: Final = "brokerlet.peer_cert"
+OPEN_PATHS: Final = frozenset({"/metrics"})
+"""Served without credentials: Pulsar's ``authenticateMetricsEndpoint`` defaults to false."""
 
 
 def _headers(environ: WSGIEnvironment) -> dict[str, str]:
@@ -53,6 +55,9 @@ def authenticating(app: WSGIApplication, security: Security) -> WSGIApplication:
     """``app`` behind authentication; unchanged requests when authentication is off."""
 
     def application(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") in OPEN_PATHS:
+            environ[ROLE_KEY] = None
+            return app(environ, start_response)
         peer_cert = environ.get(PEER_CERT_KEY)
         try:
             role = security.authentication.authenticate_http(_headers(environ), peer_cert)
