@@ -32,11 +32,12 @@ from brokerlet.actors.broker import (
 from brokerlet.actors.eventloop import EventLoopActor
 from brokerlet.actors.supervision import tell_quietly
 from brokerlet.admin import AdminServer
-from brokerlet.admin._routes_app import mount_routes
 from brokerlet.admin.rest import AdminContext
-from brokerlet.config import Settings, load_settings
-from brokerlet.security.authorization import PolicySource
-from brokerlet.security.http import authenticating, start_https
+from brokerlet.config import Settings, SettingsError, load_settings
+from brokerlet.metadata import MetadataStore
+from brokerlet.metadata.listeners import parse_listeners
+from brokerlet.security.authorization import PolicySource, PulsarShapedPolicies
+from brokerlet.security.http import admin_guard, start_https
 from brokerlet.security.service import Security
 from brokerlet.storage import DiskStorage, FileOps
 from brokerlet.transport.server import Server
@@ -97,14 +98,26 @@ class Broker:
             and not web_port_given
         ):
             settings = settings.replace(web_service_port=0)
+        listeners = parse_listeners(settings.advertised_listeners)
+        internal = settings.internal_listener_name
+        if internal and internal not in listeners:
+            raise SettingsError(
+                f"internal_listener_name = {internal!r}: must name one of advertised_listeners "
+                f"({', '.join(listeners) or 'none configured'})",
+                key="internal_listener_name",
+            )
         self.settings = settings
-        self.security = Security.from_settings(settings, policies)
+        # Tenants and namespace permissions come from the metadata store (made at start).
+        self.security = Security.from_settings(
+            settings, policies if policies is not None else self._metadata_policies()
+        )
         self.policies = self.security.authorizer.policies
         uses_tls = settings.broker_service_port_tls >= 0 or settings.web_service_port_tls >= 0
         self._tls_context = server_context(settings) if uses_tls else None
         self._tls_server: Server | None = None
         self._https: Any = None
         self._file_ops = storage_file_ops
+        self.metadata: MetadataStore | None = None
         self._storage: DiskStorage | None = None
         self._thread: threading.Thread | None = None
         self._hub: Any = None
@@ -119,6 +132,28 @@ class Broker:
         self._idle_check: gevent.Greenlet | None = None
         self.started_at: float | None = None
         self.startup_seconds: float | None = None
+
+    def _metadata_policies(self) -> PulsarShapedPolicies:
+        def tenant_info(tenant: str) -> Any:
+            return None if self.metadata is None else self.metadata.tenants.get(tenant)
+
+        def namespace_policies(tenant: str, namespace: str) -> Any:
+            store = self.metadata
+            return None if store is None else store.namespaces.get(f"{tenant}/{namespace}")
+
+        def update(tenant: str, namespace: str, change: Callable[[dict[str, Any]], None]) -> bool:
+            store = self.metadata
+            if store is None or f"{tenant}/{namespace}" not in store.namespaces:
+                return False
+
+            def changed(policies: dict[str, Any]) -> dict[str, Any]:
+                change(policies)
+                return policies
+
+            store.update_policies(f"{tenant}/{namespace}", changed)
+            return True
+
+        return PulsarShapedPolicies(tenant_info, namespace_policies, update)
 
     # Lifecycle.
 
@@ -290,12 +325,18 @@ class Broker:
                 cursor_flush_ms=settings.cursor_flush_ms,
                 file_ops=self._file_ops,
             )
-        self._broker_actor = BrokerActor.start(self.settings, self._storage)
+            # The metadata lives beside the topics, in the directory the storage has locked.
+            self.metadata = MetadataStore.in_directory(
+                settings.data_dir, cluster=settings.cluster_name
+            )
+        else:
+            self.metadata = MetadataStore(None, cluster=settings.cluster_name)
+        self._broker_actor = BrokerActor.start(self.settings, self._storage, self.metadata)
         if self._storage is not None:
             # Recover every stored topic now: torn tails are repaired and logged at start-up,
             # and retention knows every durable subscription before anyone acks.
             for name in self._storage.topics():
-                self._broker_actor.ask(GetTopic(name))
+                self._broker_actor.ask(GetTopic(name, recovering=True))
         self._event_loops = [EventLoopActor.start(i) for i in range(self.settings.event_loops)]
         if settings.inactive_topic_close_interval_seconds:
             self._idle_check = gevent.spawn(
@@ -322,21 +363,30 @@ class Broker:
             )
             self._tls_server.start()
         if self.settings.web_service_enabled:
+            context = AdminContext(
+                broker=self._broker_actor,
+                settings=self.settings,
+                metadata=self.metadata,
+                service_url=lambda: self.service_url,
+                service_url_tls=lambda: self.service_url_tls,
+                security=self.security,
+            )
             self._admin = AdminServer(
                 self.settings.host,
                 self.settings.web_service_port,
                 topic_stats=self.topic_stats,
                 all_stats=self.stats,
+                cluster=self.settings.cluster_name,
+                context=context,
+                guards=[admin_guard(self.security)],
             )
-            context = AdminContext(
-                broker=self._broker_actor, settings=self.settings, security=self.security
-            )
-            app = authenticating(mount_routes(context, self._admin.application), self.security)
-            self._admin.application = app  # type: ignore[method-assign,assignment]
             self._admin.start()
             if self._tls_context is not None and self.settings.web_service_port_tls >= 0:
                 self._https = start_https(
-                    self.settings.host, self.settings.web_service_port_tls, app, self._tls_context
+                    self.settings.host,
+                    self.settings.web_service_port_tls,
+                    self._admin.application,
+                    self._tls_context,
                 )
 
     def _close_idle_topics(self, interval: float) -> None:
@@ -360,6 +410,8 @@ class Broker:
             if ref is not None:
                 with contextlib.suppress(pykka.ActorDeadError):
                     ref.stop(block=True, timeout=5)
+        if self.metadata is not None:
+            self.metadata.close()
         if self._storage is not None:
             self._storage.close()
             self._storage = None

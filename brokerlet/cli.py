@@ -14,6 +14,7 @@ import gevent
 
 from brokerlet.broker import Broker
 from brokerlet.config import SettingsError, add_arguments, describe_settings, settings_from_args
+from brokerlet.metadata import MetadataError
 from brokerlet.security.tokens_cli import add_tokens_parser, run_tokens
 from brokerlet.storage import StorageError
 
@@ -42,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = settings_from_args(args, defaults={"storage": "disk"})
         logging.getLogger().setLevel(settings.log_level)
         logging.getLogger("brokerlet").setLevel(settings.log_level)
-        broker = Broker(settings)
+        broker = Broker(settings)  # checks what spans settings (listeners, security)
     except SettingsError as error:
         print(f"brokerlet: bad setting: {error}", file=sys.stderr)
         return 2
@@ -67,6 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         broker.serve_forever(on_ready=ready)
+    except MetadataError as error:
+        print(f"brokerlet: cannot use the metadata store: {error}", file=sys.stderr)
+        return 1
     except StorageError as error:
         print(
             f"brokerlet: cannot use data directory {settings.data_dir!r}: {error}", file=sys.stderr

@@ -25,7 +25,6 @@ import requests
 from passlib.hash import apr_md5_crypt, des_crypt
 
 from brokerlet import Broker
-from brokerlet.security import AuthAction
 from brokerlet.transport.protocol import pb
 from tests.rawclient import ConnectionClosed, RawClient
 from tests.test_bad_input import LogWatch
@@ -90,16 +89,34 @@ def secured(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secu
         broker = Broker(pulsar_config=CONF)
     finally:
         os.chdir(cwd)
-    policies = broker.policies
-    policies.add_tenant("acme", admin_roles=["basic-admin"])  # type: ignore[attr-defined]
-    policies.add_namespace("acme", "app")  # type: ignore[attr-defined]
-    policies.add_namespace("acme", "open")  # type: ignore[attr-defined]
-    both = {AuthAction.PRODUCE, AuthAction.CONSUME}
-    for role in ("app-role", "tls-client", "basic-user", "des-user", "refresher"):
-        policies.grant("acme", "app", role, both)  # type: ignore[attr-defined]
-    policies.grant("acme", "open", "anonymous", both)  # type: ignore[attr-defined]
     with broker:
-        yield Secured(broker, pki, secret)
+        secured = Secured(broker, pki, secret)
+        # Tenants, namespaces and grants through the admin API, as a super user would.
+        setup = [
+            (
+                "PUT",
+                "tenants/acme",
+                {"adminRoles": ["basic-admin"], "allowedClusters": ["standalone"]},
+            ),
+            ("PUT", "namespaces/acme/app", None),
+            ("PUT", "namespaces/acme/open", None),
+            *[
+                ("POST", f"namespaces/acme/app/permissions/{role}", ["produce", "consume"])
+                for role in ("app-role", "tls-client", "basic-user", "des-user", "refresher")
+            ],
+            ("POST", "namespaces/acme/open/permissions/anonymous", ["produce", "consume"]),
+        ]
+        for method, path, body in setup:
+            answer = requests.request(
+                method,
+                f"{secured.https_url}/admin/v2/{path}",
+                json=body,
+                headers={"Authorization": f"Bearer {secured.token('admin')}"},
+                verify=pki.ca,
+                timeout=10,
+            )
+            assert answer.status_code == 204, (path, answer.status_code, answer.text)
+        yield secured
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import pytest
 from passlib.hash import apr_md5_crypt
 
 from brokerlet import Broker
+from brokerlet.admin.rest import RestError, Route
 from brokerlet.config import Settings, SettingsError
 from brokerlet.security import AuthAction, Authentication, AuthenticationFailed, Authorizer
 from brokerlet.security.authorization import (
@@ -19,7 +20,7 @@ from brokerlet.security.authorization import (
     NamespaceNotFound,
     PulsarShapedPolicies,
 )
-from brokerlet.security.http import RouteRefused, authenticating, check_route
+from brokerlet.security.http import RouteRefused, admin_guard, check_route
 from brokerlet.security.service import Security
 from brokerlet.transport.tls import server_context
 from tests.rawclient import ConnectionClosed, RawClient
@@ -224,18 +225,30 @@ def test_the_connection_caps_count_the_tls_listener_too(pki: Pki) -> None:
                 assert time.monotonic() < deadline, "the TLS listener never accepted again"
 
 
-def test_metrics_stay_open_when_everything_else_needs_credentials() -> None:
+def test_the_admin_guard_sets_the_role_and_applies_route_levels() -> None:
     security = Security(Authentication(basic_settings()), authorizer())
-    seen: list[object] = []
+    guard = admin_guard(security)
 
-    def app(environ: dict[str, object], start_response: object) -> list[bytes]:
-        seen.append(environ.get("brokerlet.role"))
-        start_response("200 OK", [])  # type: ignore[operator]
-        return [b"ok"]
+    class Request:
+        def __init__(self, headers: dict[str, str], url_args: dict[str, str]) -> None:
+            self.headers, self.url_args, self.peer_cert = headers, url_args, None
+            self.environ = {"REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "1"}
+            self.method, self.path, self.role = "GET", "/x", None
 
-    wrapped = authenticating(app, security)  # type: ignore[arg-type]
-    statuses: list[str] = []
-    for path in ("/metrics", "/admin/v2/broker-stats/topics"):
-        wrapped({"PATH_INFO": path}, lambda status, headers: statuses.append(status))
-    assert statuses == ["200 OK", "401 Unauthorized"]
-    assert seen == [None]
+    def route(auth: str) -> Route:
+        return Route("/x", ("GET",), lambda request: None, auth=auth)
+
+    token = jwt.encode({"sub": "root"}, SECRET, "HS256")
+    request = Request({"Authorization": f"Bearer {token}"}, {})
+    guard(request, route("super"))
+    assert request.role == "root"
+    open_request = Request({}, {})
+    guard(open_request, route("none"))  # /metrics: no credentials needed
+    assert open_request.role is None
+    with pytest.raises(RestError) as refused:
+        guard(Request({}, {}), route("super"))
+    assert refused.value.status == 401
+    writer = jwt.encode({"sub": "writer"}, SECRET, "HS256")
+    with pytest.raises(RestError) as forbidden:
+        guard(Request({"Authorization": f"Bearer {writer}"}, {"tenant": "acme"}), route("tenant"))
+    assert forbidden.value.status == 403

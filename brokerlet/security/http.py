@@ -1,85 +1,76 @@
-"""Authentication for the web service: a WSGI wrapper and the HTTPS listener's handler.
+"""Security for the web service: the admin app's guard and the HTTPS listener.
 
-:func:`authenticating` wraps any WSGI application (today's admin app or the Werkzeug one):
-it authenticates each request with :meth:`Authentication.authenticate_http` and stores the
-role in ``environ[ROLE_KEY]``, where the admin layer reads ``AdminRequest.role``. A refused
-credential is answered 401 with Pulsar's ``{"reason": ...}`` body before the application
-runs. What a role may do per route is decided by :func:`check_route` (403).
+:func:`admin_guard` is the guard the admin app runs before each handler: it authenticates
+the request with :meth:`Authentication.authenticate_http`, sets ``request.role``, and applies
+the route's ``auth`` level with :func:`check_route` (401 / 403, Pulsar's ``{"reason": ...}``).
 
-The HTTPS server uses :class:`CertHandler`, which puts the client's verified certificate in
-``environ[PEER_CERT_KEY]``.
+The HTTPS server (:func:`start_https`) uses :class:`CertHandler`, which puts the client's
+verified certificate in ``environ[PEER_CERT_KEY]``, where ``AdminRequest.peer_cert`` reads it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
-from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+from wsgiref.types import WSGIApplication, WSGIEnvironment
 
 from gevent.pool import Pool
 from gevent.pywsgi import LoggingLogAdapter, WSGIHandler, WSGIServer
 
+from brokerlet.admin.rest import RestError
 from brokerlet.security.authentication import AuthenticationFailed
 from brokerlet.security.authorization import AuthAction
 from brokerlet.security.service import Security
 
 __all__ = [
     "PEER_CERT_KEY",
-    "ROLE_KEY",
     "CertHandler",
     "RouteRefused",
-    "authenticating",
+    "admin_guard",
     "check_route",
     "start_https",
 ]
 
 log = logging.getLogger(__name__)
 
-ROLE_KEY: Final = "brokerlet.role"
 PEER_CERT_KEY: Final = "brokerlet.peer_cert"
-OPEN_PATHS: Final = frozenset({"/metrics"})
-"""Served without credentials: Pulsar's ``authenticateMetricsEndpoint`` defaults to false."""
+"""Where :class:`CertHandler` puts the client certificate (``AdminRequest.peer_cert``)."""
 
 
-def _headers(environ: WSGIEnvironment) -> dict[str, str]:
-    headers = {}
-    for key, value in environ.items():
-        if key.startswith("HTTP_"):
-            headers[key[5:].replace("_", "-").title()] = str(value)
-    return headers
+def admin_guard(security: Security) -> Callable[[Any, Any], None]:
+    """The admin app's guard (``guard(request, route)``, see :mod:`brokerlet.admin.rest`).
 
+    Authenticates the request (Bearer, Basic or the HTTPS client certificate), sets
+    ``request.role``, then applies the route's ``auth`` level: a refused credential is a 401,
+    a role that may not is a 403, both ``{"reason": ...}`` and logged with the peer.
+    ``auth="none"`` routes (``/metrics``, readiness) need no credentials, as with Pulsar's
+    default ``authenticateMetricsEndpoint=false``.
+    """
 
-def authenticating(app: WSGIApplication, security: Security) -> WSGIApplication:
-    """``app`` behind authentication; unchanged requests when authentication is off."""
-
-    def application(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") in OPEN_PATHS:
-            environ[ROLE_KEY] = None
-            return app(environ, start_response)
-        peer_cert = environ.get(PEER_CERT_KEY)
+    def guard(request: Any, route: Any) -> None:
+        if route.auth == "none" or not security.authentication.enabled:
+            return
         try:
-            role = security.authentication.authenticate_http(_headers(environ), peer_cert)
+            role = security.authentication.authenticate_http(request.headers, request.peer_cert)
         except AuthenticationFailed as error:
+            environ = request.environ
             peer = f"{environ.get('REMOTE_ADDR')}:{environ.get('REMOTE_PORT')}"
             log.warning(
                 "HTTP authentication failed for %s (%s %s): %s",
                 peer,
-                environ.get("REQUEST_METHOD"),
-                environ.get("PATH_INFO"),
+                request.method,
+                request.path,
                 error,
             )
-            body = json.dumps({"reason": f"Authentication required: {error}"}).encode()
-            start_response(
-                "401 Unauthorized",
-                [("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
-            )
-            return [body]
-        environ[ROLE_KEY] = role
-        return app(environ, start_response)
+            raise RestError(401, f"Authentication required: {error}") from None
+        request.role = role
+        try:
+            check_route(security, route.auth, role, request.url_args)
+        except RouteRefused as refused:
+            raise RestError(403, str(refused)) from None
 
-    return application
+    return guard
 
 
 class RouteRefused(Exception):  # noqa: N818 - an outcome, answered 403
