@@ -369,6 +369,7 @@ class Broker:
                 metadata=self.metadata,
                 service_url=lambda: self.service_url,
                 service_url_tls=lambda: self.service_url_tls,
+                web_service_url_tls=lambda: self.web_service_url_tls,
                 security=self.security,
             )
             self._admin = AdminServer(

@@ -594,3 +594,13 @@ def test_stats_need_the_tenant_admin_or_a_super_user(secured: Secured) -> None:
     assert get(broker_stats, auth=("basic-admin", "admin-pass")).status_code == 403
     assert get(broker_stats, headers=admin_token).status_code == 200
     assert get(f"{secured.https_url}/metrics").status_code == 200  # open, as in Pulsar
+
+
+def test_http_lookup_is_authorized_and_answers_the_tls_urls(secured: Secured) -> None:
+    base = f"{secured.https_url}/lookup/v2/topic/persistent/acme"
+    get = lambda url: requests.get(url, verify=secured.pki.ca, timeout=10)  # noqa: E731
+    answer = get(f"{base}/open/looked-up")  # anonymous is granted acme/open
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["brokerUrlTls"] == secured.tls_url
+    assert answer.json()["httpUrlTls"] == secured.https_url
+    assert get(f"{base}/app/looked-up").status_code == 403
