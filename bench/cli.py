@@ -20,12 +20,13 @@ from bench.sections.selector import run_selector
 from bench.sections.startup import run_startup
 from bench.sections.storage import run_storage
 from bench.sections.throughput import DEFAULT_PRODUCERS, run_throughput
+from bench.sections.tls import run_tls
 from brokerlet.testing.process import brokerlet_command
 
 __all__ = ["main"]
 
 # Client-process sections first; those that run a broker or actors in this process last.
-SECTIONS = ("throughput", "keyshared", "storage", "partitions", "startup", "memory",
+SECTIONS = ("throughput", "tls", "keyshared", "storage", "partitions", "startup", "memory",
             "backpressure", "flow", "selector")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -54,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     runners: dict[str, Callable[[], SectionResult]] = {
         "throughput": lambda: run_throughput(plan, profile_path, args.producers),
+        "tls": lambda: run_tls(plan, args.producers),
         "keyshared": lambda: run_keyshared(plan, args.producers),
         "storage": lambda: run_storage(plan, args.producers),
         "partitions": lambda: run_partitions(plan, args.producers, args.quick),

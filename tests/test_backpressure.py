@@ -332,57 +332,78 @@ def assert_http_stats_show_the_paused_consumer(broker: Broker) -> None:
     assert writable[0].rstrip().endswith(" 0.0"), writable
 
 
+@pytest.mark.parametrize("transport", ["plain", "tls"])
 @pytest.mark.parametrize("gated", [True, False], ids=["gated", "ungated"])
 def test_a_paused_consumer_socket_stops_dispatch_and_resuming_delivers_everything(
-    gated: bool,
+    gated: bool, transport: str, pki: Any
 ) -> None:
     """Pulsar's diagnostic as a test. Ungated (and reading again after every dispatch, as
     Pulsar does), the broker feeds the paused socket until the permits run out; that variant
     proves the assertions can fail. The consumer grants its permits once everything is
     stored, so the first read is a full batch, more than the socket buffers hold: the flip to
-    unwritable is certain, whatever the timing."""
+    unwritable is certain, whatever the timing. Over TLS the channel takes its joined-buffer
+    path (no sendmsg on SSL sockets) with the same watermarks."""
     topic = "persistent://public/default/paused-socket"
     options = (
         DispatchOptions()
         if gated
         else DispatchOptions(writability_gating=False, read_after_dispatch=True)
     )
-    with (
-        Broker(port=0, so_sndbuf=16384, dispatch_options=options) as broker,
-        RawClient(broker.address, timeout=10) as producer,
-        RawClient(broker.address, timeout=10, rcvbuf=16384) as consumer,
-    ):
-        producer.handshake()
-        producer.create_producer(topic, 1)
-        consumer.handshake()
-        consumer.subscribe(topic, "s", 1, sub_type=pb.CommandSubscribe.Shared)
-        payload = b"p" * SIZE
-        for sequence_id in range(MESSAGES):
-            producer.send_raw(producer.send_frame(1, sequence_id, payload))
-        for _ in range(MESSAGES):
-            producer.expect(pb.BaseCommand.SEND_RECEIPT)
-        consumer.flow(1, PERMITS)  # then never read until resumed
+    tls: dict[str, Any] = {}
+    if transport == "tls":
+        tls = {
+            "broker_service_port_tls": 0,
+            "tls_certificate_file_path": pki.broker.cert,
+            "tls_key_file_path": pki.broker.key,
+        }
+    with Broker(port=0, so_sndbuf=16384, dispatch_options=options, **tls) as broker:
+        address = broker.address
+        context = None
+        if transport == "tls":
+            assert broker.service_url_tls is not None
+            address = (address[0], int(broker.service_url_tls.rsplit(":", 1)[1]))
+            context = pki.client_context()
+        with (
+            RawClient(address, timeout=10, tls=context) as producer,
+            RawClient(address, timeout=10, rcvbuf=16384, tls=context) as consumer,
+        ):
+            run_paused_consumer(broker, producer, consumer, topic, gated)
 
-        wait_until(lambda: not consumer_stats(broker, topic, "s")["writable"])
-        at_flip = consumer_stats(broker, topic, "s")
-        # The broker gets every chance to keep feeding: wait until dispatch to it settles.
-        held = settled_consumer_stats(broker, topic, "s")
-        consumed = PERMITS - held["availablePermits"]
-        assert not held["writable"]
-        assert held["writabilityChanges"] >= 1
-        assert_http_stats_show_the_paused_consumer(broker)
-        high = broker.settings.high_watermark
-        bounded = (
-            consumed <= at_flip["msgOutCounter"] + READ_BATCH
-            and consumed < MESSAGES
-            and held["pendingOutboundBytes"] <= high + READ_BATCH * (SIZE + 200)
-        )
-        assert bounded is gated, (consumed, held["pendingOutboundBytes"])
 
-        # Resume reading: only the writable event can deliver the rest.
-        received = consumer.receive(1, MESSAGES, timeout=20)
-        assert [m.sequence_id for m in received] == list(range(MESSAGES))
-        assert all(m.payload == payload for m in received)
+def run_paused_consumer(
+    broker: Broker, producer: RawClient, consumer: RawClient, topic: str, gated: bool
+) -> None:
+    producer.handshake()
+    producer.create_producer(topic, 1)
+    consumer.handshake()
+    consumer.subscribe(topic, "s", 1, sub_type=pb.CommandSubscribe.Shared)
+    payload = b"p" * SIZE
+    for sequence_id in range(MESSAGES):
+        producer.send_raw(producer.send_frame(1, sequence_id, payload))
+    for _ in range(MESSAGES):
+        producer.expect(pb.BaseCommand.SEND_RECEIPT)
+    consumer.flow(1, PERMITS)  # then never read until resumed
+
+    wait_until(lambda: not consumer_stats(broker, topic, "s")["writable"])
+    at_flip = consumer_stats(broker, topic, "s")
+    # The broker gets every chance to keep feeding: wait until dispatch to it settles.
+    held = settled_consumer_stats(broker, topic, "s")
+    consumed = PERMITS - held["availablePermits"]
+    assert not held["writable"]
+    assert held["writabilityChanges"] >= 1
+    assert_http_stats_show_the_paused_consumer(broker)
+    high = broker.settings.high_watermark
+    bounded = (
+        consumed <= at_flip["msgOutCounter"] + READ_BATCH
+        and consumed < MESSAGES
+        and held["pendingOutboundBytes"] <= high + READ_BATCH * (SIZE + 200)
+    )
+    assert bounded is gated, (consumed, held["pendingOutboundBytes"])
+
+    # Resume reading: only the writable event can deliver the rest.
+    received = consumer.receive(1, MESSAGES, timeout=20)
+    assert [m.sequence_id for m in received] == list(range(MESSAGES))
+    assert all(m.payload == payload for m in received)
 
 
 def test_failed_reads_back_off_exponentially_then_the_read_size_grows_back() -> None:

@@ -18,6 +18,7 @@ from the receive time the consumer takes in another process.
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 import threading
@@ -186,7 +187,7 @@ def run_producer(job: ProducerJob, start: Event, conn: Connection) -> None:
     :class:`ProducerReport`. A setup failure is reported as a :class:`ProducerReport` with
     ``error`` set, in place of :data:`READY`.
     """
-    client = pulsar.Client(job.service_url, logger=_quiet_logger())
+    client = _client(job.service_url)
     try:
         try:
             options: dict[str, Any] = {}
@@ -225,7 +226,7 @@ def run_consumer(job: ConsumerJob, start: Event, stop: Event, conn: Connection) 
     exists), then reports one :class:`ConsumerReport` once every message arrived or ``stop``
     was set.
     """
-    client = pulsar.Client(job.service_url, logger=_quiet_logger())
+    client = _client(job.service_url)
     try:
         try:
             # The default ack grouping (100 ms) stays on: acks travel in batches.
@@ -499,6 +500,21 @@ def _cpu_seconds() -> float:
 
 def _quiet_logger() -> Any:
     return pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
+
+
+TLS_TRUST_ENV = "BENCH_TLS_TRUST_CERTS"  # not BROKERLET_*: the broker reads those
+"""For ``pulsar+ssl://`` runs, the CA file the client trusts (set by :mod:`bench.tls`; worker
+processes inherit the environment)."""
+
+
+def _client(service_url: str) -> Any:
+    options: dict[str, Any] = {}
+    if service_url.startswith("pulsar+ssl://"):
+        options = {
+            "tls_trust_certs_file_path": os.environ[TLS_TRUST_ENV],
+            "tls_validate_hostname": False,
+        }
+    return pulsar.Client(service_url, logger=_quiet_logger(), **options)
 
 
 def _producer_report(

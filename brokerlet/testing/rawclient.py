@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -75,10 +76,16 @@ class RawClient:
     Args:
         address: The broker's (host, port).
         timeout: Default bound, in seconds, of every wait.
+        rcvbuf: SO_RCVBUF, set before connecting; 0 keeps the default.
+        tls: speak TLS with this client context (the broker's TLS port).
     """
 
     def __init__(
-        self, address: tuple[str, int], timeout: float = DEFAULT_TIMEOUT, rcvbuf: int = 0
+        self,
+        address: tuple[str, int],
+        timeout: float = DEFAULT_TIMEOUT,
+        rcvbuf: int = 0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.timeout = timeout
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -87,6 +94,8 @@ class RawClient:
         self.sock.settimeout(timeout)
         self.sock.connect(address)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname=address[0])
         host, port = self.sock.getsockname()[:2]
         self.peer = f"{host}:{port}"
         """This end of the connection, spelled as the broker names it in its logs."""
