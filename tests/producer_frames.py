@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import build_entry, encode_send, pb
-from tests.rawclient import RawClient
 
 T = pb.BaseCommand
 

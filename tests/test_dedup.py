@@ -16,9 +16,9 @@ import requests
 
 from brokerlet import Broker
 from brokerlet.producers.dedup import Deduplication, Verdict
+from brokerlet.testing.rawclient import ConnectionClosed, RawClient
 from brokerlet.transport.protocol import pb
 from tests.producer_frames import raw_producer, send_frame
-from tests.rawclient import ConnectionClosed, RawClient
 
 T = pb.BaseCommand
 NO_ID = 2**64 - 1

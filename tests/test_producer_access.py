@@ -13,9 +13,9 @@ import pulsar
 import pytest
 
 from brokerlet import Broker
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import pb
 from tests.producer_frames import raw_producer
-from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.official
 

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from brokerlet.actors.dispatcher import CloseConsumers
 from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.messages import CloseConsumers
 from brokerlet.actors.supervision import tell_quietly
 from brokerlet.config import Settings
 from brokerlet.producers.access import ProducerAccess, ProducerEntry, mode_name
