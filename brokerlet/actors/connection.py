@@ -54,6 +54,7 @@ from brokerlet.transport.protocol import (
     PROTOCOL_VERSION,
     Frame,
     ProtocolError,
+    SendFields,
     command_name,
     decode_payload,
     encode_command,
@@ -188,16 +189,16 @@ class ConnectionActor(GeventActor):
     # Commands.
 
     def _received(self, frames: list[Frame]) -> None:
-        sends: list[tuple[pb.CommandSend, bytes]] = []
+        sends: list[tuple[SendFields, bytes]] = []
         for frame in frames:
-            command = frame.command
-            kind = command.type
+            kind = frame.type
             if not self.connected and kind != T.CONNECT:
                 self._disconnect(f"{command_name(kind)} before CONNECT")
                 return
             if kind == T.SEND:
-                if frame.payload is not None:
-                    sends.append((command.send, frame.payload))
+                # frame.send: the fast decoder's fields; the protobuf command is not built.
+                if frame.payload is not None and frame.send is not None:
+                    sends.append((frame.send, frame.payload))
                 continue
             if sends:
                 if not self._sends(sends):
@@ -212,7 +213,7 @@ class ConnectionActor(GeventActor):
                 )
                 continue
             try:
-                handler(command)
+                handler(frame.command)
             except _ProtocolViolation as stop:
                 self._disconnect(str(stop))
                 return
@@ -340,7 +341,7 @@ class ConnectionActor(GeventActor):
             producer.topic_ref.tell(RemoveProducer(producer.name))
         self._success(request.request_id)
 
-    def _sends(self, sends: list[tuple[pb.CommandSend, bytes]]) -> bool:
+    def _sends(self, sends: list[tuple[SendFields, bytes]]) -> bool:
         """Append a chunk of SENDs, one message per run of the same producer."""
         producer: _Producer | None = None
         items: list[AppendItem] = []
@@ -362,9 +363,7 @@ class ConnectionActor(GeventActor):
                 self._disconnect(f"malformed SEND payload: {error.reason}")
                 return False
             highest = (
-                send.highest_sequence_id
-                if send.HasField("highest_sequence_id")
-                else send.sequence_id
+                send.sequence_id if send.highest_sequence_id is None else send.highest_sequence_id
             )
             entry = None
             if section.checksum_ok:
@@ -411,7 +410,8 @@ class ConnectionActor(GeventActor):
                         )
                     )
                 )
-        self.channel.write(frames)
+        # One buffer for the whole run of receipts: one channel entry and one send.
+        self.channel.write(b"".join(frames))
 
     # Consumers.
 

@@ -11,7 +11,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import gevent
 import pykka
@@ -53,8 +53,7 @@ EARLIEST_ID = 2**64 - 1
 LATEST_ID = 2**63 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class AppendItem:
+class AppendItem(NamedTuple):  # a tuple: one per message, built cheaply
     sequence_id: int
     highest_sequence_id: int
     entry: NewEntry | None  # None: refused before storage (bad checksum)
@@ -67,8 +66,7 @@ class Append:
     items: list[AppendItem]
 
 
-@dataclass(frozen=True, slots=True)
-class Receipt:
+class Receipt(NamedTuple):  # a tuple: one per message, built cheaply
     sequence_id: int
     highest_sequence_id: int
     ledger_id: int

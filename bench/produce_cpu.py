@@ -1,0 +1,114 @@
+"""The broker's CPU per message on the produce path alone, driven by a raw-socket producer.
+
+``python -m bench.produce_cpu [--messages N] [--storage memory|disk] [--rounds R]``
+
+A plain blocking socket in this process sends pre-encoded unbatched SENDs of 128 bytes with a
+window of receipts in flight; the broker runs in a subprocess and its CPU time (user + system,
+from /proc via psutil) is divided by the messages. No pulsar-client and no consumer: the figure
+is decode, append, storage and receipt, and it stays meaningful on a loaded machine because
+it counts the broker's CPU, not wall clock. Prints figures, never asserts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+from bench.broker_process import BrokerProcess
+from bench.profiling import print_top, top_entries
+from brokerlet.transport.protocol import (
+    FrameDecoder,
+    build_entry,
+    encode_command,
+    encode_send,
+    pb,
+)
+
+__all__ = ["main", "measure"]
+
+T = pb.BaseCommand
+_WINDOW = 1000
+
+
+def _entry() -> bytes:
+    metadata = pb.MessageMetadata(producer_name="cpu-bench", sequence_id=0, publish_time=1)
+    return build_entry(metadata, b"x" * 128)
+
+
+def _read_until(sock: socket.socket, decoder: FrameDecoder, wanted: int) -> list[pb.BaseCommand]:
+    commands: list[pb.BaseCommand] = []
+    while len(commands) < wanted:
+        data = sock.recv(1 << 16)
+        if not data:
+            raise RuntimeError("broker closed the connection")
+        commands += [frame.command for frame in decoder.feed(data)]
+    return commands
+
+
+def measure(url: str, pid: int, messages: int) -> float:
+    """Send ``messages`` SENDs to a new topic; return the broker's CPU µs per message."""
+    host, port = url.removeprefix("pulsar://").rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    decoder = FrameDecoder(8 << 20)
+    sock.sendall(encode_command(T(type=T.CONNECT, connect=pb.CommandConnect(
+        client_version="cpu-bench", protocol_version=20))))
+    _read_until(sock, decoder, 1)
+    topic = f"persistent://public/default/cpu-{uuid.uuid4().hex[:8]}"
+    sock.sendall(encode_command(T(type=T.PRODUCER, producer=pb.CommandProducer(
+        topic=topic, producer_id=1, request_id=1))))
+    [reply] = _read_until(sock, decoder, 1)
+    if reply.type != T.PRODUCER_SUCCESS:
+        raise RuntimeError(f"PRODUCER failed: {reply}")
+    entry = _entry()
+    frames = [b"".join(encode_send(1, i, 1, entry)) for i in range(messages)]
+    process = psutil.Process(pid)
+    before = process.cpu_times()
+    sent = received = 0
+    while received < messages:
+        if sent < messages and sent - received < _WINDOW:
+            batch = frames[sent : min(messages, received + _WINDOW)]
+            sock.sendall(b"".join(batch))
+            sent += len(batch)
+        got = _read_until(sock, decoder, 1)
+        received += sum(1 for command in got if command.type == T.SEND_RECEIPT)
+        if any(command.type != T.SEND_RECEIPT for command in got):
+            raise RuntimeError(f"unexpected reply: {got[0]}")
+    after = process.cpu_times()
+    sock.close()
+    cpu = (after.user - before.user) + (after.system - before.system)
+    return cpu / messages * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.produce_cpu")
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--storage", choices=("memory", "disk"), action="append")
+    parser.add_argument("--profile", type=Path, metavar="PATH",
+                        help="run the broker under cProfile and print its top own-time lines")
+    args = parser.parse_args()
+    for storage in args.storage or ["memory", "disk"]:
+        flags = ("--storage", storage) if storage == "memory" else ("--storage", "disk")
+        with BrokerProcess(profile_path=args.profile, flags=flags) as broker:
+            broker.start()
+            measure(broker.service_url, broker.pid, 2000)  # warm-up: imports, first topic
+            figures = [measure(broker.service_url, broker.pid, args.messages)
+                       for _ in range(args.rounds)]
+        load = " / ".join(f"{value:.2f}" for value in os.getloadavg())
+        text = ", ".join(f"{figure:.2f}" for figure in figures)
+        print(f"produce path, {storage:6}: broker CPU µs per message {min(figures):.2f} "
+              f"(rounds {text}; {args.messages} unbatched 128 B SENDs, window {_WINDOW}; "
+              f"load {load}; {time.strftime('%H:%M:%S')})")
+        if args.profile is not None:
+            print_top(top_entries(args.profile, "tottime", 30), "broker functions by own time")
+
+
+if __name__ == "__main__":
+    main()
