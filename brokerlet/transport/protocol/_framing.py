@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import struct
 
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from brokerlet.transport.protocol import pulsar_pb2 as pb
 from brokerlet.transport.protocol._errors import ProtocolError
 from brokerlet.transport.protocol._fast import SendFields, decode_send
 from brokerlet.transport.protocol._payload import MAGIC_CRC32C
 from brokerlet.transport.protocol._proto import merge_from, missing_fields
+from brokerlet.transport.protocol._text import invalid_text_field
 
 __all__ = [
     "PROTOCOL_VERSION",
     "Frame",
     "FrameDecoder",
+    "command_body",
     "command_name",
     "encode_command",
     "encode_payload_command",
@@ -58,6 +60,15 @@ def command_name(type_value: int) -> str:
     return f"UNKNOWN({type_value})"
 
 
+def command_body(command: pb.BaseCommand) -> Message | None:
+    """The body of a command (``command.producer`` for PRODUCER), or None if it has none."""
+    name = _BODY_FIELDS.get(command.type)
+    if name is None:
+        return None
+    body: Message = getattr(command, name)
+    return body
+
+
 class Frame:
     """One decoded frame.
 
@@ -66,16 +77,21 @@ class Frame:
         payload: The raw payload section (see ``decode_payload``) for SEND and MESSAGE;
             None for every other command.
         send: For a SEND, the fields the broker acts on; None for every other command.
+        invalid_text: The path of a string field that is not valid UTF-8 (for example
+            ``producer.topic``), or None; the receiver refuses such a command.
     """
 
-    __slots__ = ("_command", "_raw", "payload", "send", "type")
+    __slots__ = ("_command", "_raw", "invalid_text", "payload", "send", "type")
 
-    def __init__(self, command: pb.BaseCommand, payload: bytes | None) -> None:
+    def __init__(
+        self, command: pb.BaseCommand, payload: bytes | None, invalid_text: str | None = None
+    ) -> None:
         """A frame of an already decoded command."""
         self._command: pb.BaseCommand | None = command
         self._raw = b""
         self.type: int = command.type
         self.payload = payload
+        self.invalid_text = invalid_text
         self.send: SendFields | None = None
         if self.type == _SEND:
             send = command.send
@@ -91,6 +107,7 @@ class Frame:
         frame.type = _SEND
         frame.payload = payload
         frame.send = send
+        frame.invalid_text = None  # SEND's strings are never read (see _text.SKIPPED_TYPES)
         return frame
 
     @property
@@ -105,12 +122,19 @@ class Frame:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Frame):
             return NotImplemented
-        return self.payload == other.payload and self.command == other.command
+        return (
+            self.payload == other.payload
+            and self.invalid_text == other.invalid_text
+            and self.command == other.command
+        )
 
     __hash__ = None  # type: ignore[assignment]  # mutable protobuf inside, as before
 
     def __repr__(self) -> str:
-        return f"Frame(command={self.command!r}, payload={self.payload!r})"
+        return (
+            f"Frame(command={self.command!r}, payload={self.payload!r}, "
+            f"invalid_text={self.invalid_text!r})"
+        )
 
 
 class FrameDecoder:
@@ -230,7 +254,7 @@ class FrameDecoder:
                     )
                 else:
                     payload = None
-                frames.append(Frame(command, payload))
+                frames.append(Frame(command, payload, invalid_text_field(command)))
                 offset = frame_end
         return frames, offset
 
