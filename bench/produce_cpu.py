@@ -20,8 +20,6 @@ from pathlib import Path
 
 import psutil
 
-from bench.broker_process import BrokerProcess
-from bench.profiling import print_top, top_entries
 from brokerlet.transport.protocol import (
     FrameDecoder,
     build_entry,
@@ -29,6 +27,7 @@ from brokerlet.transport.protocol import (
     encode_send,
     pb,
 )
+from loadtests.brokers import BrokerletProcess
 
 __all__ = ["main", "measure"]
 
@@ -91,12 +90,16 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--storage", choices=("memory", "disk"), action="append")
+    parser.add_argument("--source", type=Path, metavar="DIR",
+                        help="run the broker from this source tree (to compare two versions)")
     parser.add_argument("--profile", type=Path, metavar="PATH",
                         help="run the broker under cProfile and print its top own-time lines")
     args = parser.parse_args()
     for storage in args.storage or ["memory", "disk"]:
-        flags = ("--storage", storage) if storage == "memory" else ("--storage", "disk")
-        with BrokerProcess(profile_path=args.profile, flags=flags) as broker:
+        flags = ["--web-service-enabled", "false", "--storage", storage]
+        if args.profile is not None:
+            raise SystemExit("--profile: run the broker under cProfile yourself for now")
+        with BrokerletProcess(flags, args.source) as broker:
             broker.start()
             measure(broker.service_url, broker.pid, 2000)  # warm-up: imports, first topic
             figures = [measure(broker.service_url, broker.pid, args.messages)
@@ -106,8 +109,6 @@ def main() -> None:
         print(f"produce path, {storage:6}: broker CPU µs per message {min(figures):.2f} "
               f"(rounds {text}; {args.messages} unbatched 128 B SENDs, window {_WINDOW}; "
               f"load {load}; {time.strftime('%H:%M:%S')})")
-        if args.profile is not None:
-            print_top(top_entries(args.profile, "tottime", 30), "broker functions by own time")
 
 
 if __name__ == "__main__":
