@@ -19,6 +19,7 @@ import pykka
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.dispatcher import (
     CancelRead,
+    CloseConsumers,
     DispatcherActor,
     EntriesRead,
     GetStats,
@@ -106,6 +107,14 @@ class AddProducer:
     name: str
     peer: str
     connection: Any = None  # the producer's connection actor, told if the topic fails
+
+
+@dataclass(frozen=True, slots=True)
+class CloseClients:
+    """Asked before a topic is deleted: how many producers and consumers are connected;
+    with ``close``, each is closed the broker's way first (CLOSE_PRODUCER / CLOSE_CONSUMER)."""
+
+    close: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +207,7 @@ class TopicActor(GeventActor):
             TopicStats: lambda _: self.stats(),
             DispatcherFailed: self._dispatcher_failed,
             IsIdle: lambda _: not (self.producers or self.subscriptions or self.waiting),
+            CloseClients: self._close_clients,
         }
 
     def on_start(self) -> None:
@@ -312,6 +322,20 @@ class TopicActor(GeventActor):
     def _remove_producer(self, message: RemoveProducer) -> None:
         self.producers.pop(message.name, None)
         self.producer_connections.pop(message.name, None)
+
+    def _close_clients(self, message: CloseClients) -> int:
+        count = len(self.producers)
+        for dispatcher in list(self.subscriptions.values()):
+            with contextlib.suppress(pykka.ActorDeadError):
+                attached: int = dispatcher.ask(CloseConsumers(message.close), block=True)
+                count += attached
+        if message.close:
+            for connection in {id(c): c for c in self.producer_connections.values()}.values():
+                if connection is not None:
+                    tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+            self.producers.clear()
+            self.producer_connections.clear()
+        return count
 
     # Subscriptions.
 
