@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import uuid
 
-from rawclient import RawClient
-
 from brokerlet import Broker
 from brokerlet.actors.connection import SEND_SLICE
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import pb
 
 T = pb.BaseCommand
