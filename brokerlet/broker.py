@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -24,7 +25,9 @@ import pykka
 from brokerlet.actors.broker import BrokerActor, GetAllStats, GetTopic, GetTopicStats
 from brokerlet.actors.eventloop import EventLoopActor
 from brokerlet.admin import AdminServer
+from brokerlet.admin.mini_app import schema_admin_app
 from brokerlet.config import Settings, load_settings
+from brokerlet.schema import SchemaRegistry, SqliteSchemaStorage
 from brokerlet.storage import DiskStorage, FileOps
 from brokerlet.transport.server import Server
 
@@ -84,6 +87,7 @@ class Broker:
         self._admin: AdminServer | None = None
         self._broker_actor: pykka.ActorRef[BrokerActor] | None = None
         self._event_loops: list[pykka.ActorRef[EventLoopActor]] = []
+        self.schemas: SchemaRegistry | None = None
         self.started_at: float | None = None
         self.startup_seconds: float | None = None
 
@@ -237,6 +241,7 @@ class Broker:
                 cursor_flush_ms=settings.cursor_flush_ms,
                 file_ops=self._file_ops,
             )
+        self.schemas = self._schema_registry()
         self._broker_actor = BrokerActor.start(self.settings, self._storage)
         if self._storage is not None:
             # Recover every stored topic now: torn tails are repaired and logged at start-up,
@@ -249,6 +254,7 @@ class Broker:
             broker=self._broker_actor,
             event_loops=self._event_loops,
             advertised_url=lambda: self.service_url,
+            schemas=self.schemas,
         )
         self._server.start()
         if self.settings.web_service_enabled:
@@ -257,8 +263,18 @@ class Broker:
                 self.settings.web_service_port,
                 topic_stats=self.topic_stats,
                 all_stats=self.stats,
+                fallback=schema_admin_app(self.schemas, self.settings),
             )
             self._admin.start()
+
+    def _schema_registry(self) -> SchemaRegistry:
+        # Until the metadata store (issue 12) holds them, disk brokers keep schemas in a
+        # SQLite file of their own beside the topics; SqliteSchemaStorage also takes the
+        # store's connection.
+        if self.settings.storage == "disk":
+            path = Path(self.settings.data_dir) / "schemas.sqlite"
+            return SchemaRegistry(self.settings, SqliteSchemaStorage(path))
+        return SchemaRegistry(self.settings)
 
     def _shutdown(self) -> None:
         if self._admin is not None:
@@ -272,3 +288,5 @@ class Broker:
         if self._storage is not None:
             self._storage.close()
             self._storage = None
+        if self.schemas is not None:
+            self.schemas.storage.close()

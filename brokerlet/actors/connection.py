@@ -47,8 +47,11 @@ from brokerlet.actors.topic import (
     RemoveProducer,
     ResolvePosition,
     Subscribe,
+    TopicStats,
 )
 from brokerlet.config import Settings
+from brokerlet.schema import SchemaError, SchemaRegistry
+from brokerlet.schema import wire as schema_wire
 from brokerlet.storage.ledger import NewEntry
 from brokerlet.transport.protocol import (
     PROTOCOL_VERSION,
@@ -93,6 +96,7 @@ class _Producer:
     name: str
     topic: str
     topic_ref: Any
+    schema_version: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,7 @@ class ConnectionActor(GeventActor):
         settings: Settings,
         advertised_url: str,
         close_socket: Callable[[str], None],
+        schemas: SchemaRegistry | None = None,
     ) -> None:
         super().__init__()
         self.handle = handle
@@ -122,6 +127,7 @@ class ConnectionActor(GeventActor):
         self.settings = settings
         self.advertised_url = advertised_url
         self._close_socket = close_socket
+        self.schemas = schemas
         self.connected = False
         self.protocol_version = 0
         self.producers: dict[int, _Producer] = {}
@@ -142,6 +148,8 @@ class ConnectionActor(GeventActor):
             T.UNSUBSCRIBE: self._unsubscribe,
             T.GET_LAST_MESSAGE_ID: self._get_last_message_id,
             T.SEEK: self._seek,
+            T.GET_SCHEMA: self._get_schema,
+            T.GET_OR_CREATE_SCHEMA: self._get_or_create_schema,
         }
 
     # Actor plumbing.
@@ -291,7 +299,7 @@ class ConnectionActor(GeventActor):
         existing = self.producers.get(request.producer_id)
         if existing is not None:
             if existing.topic == request.topic:
-                self._producer_success(request.request_id, existing.name)
+                self._producer_success(request.request_id, existing.name, existing.schema_version)
             else:
                 self._error(
                     request.request_id,
@@ -312,6 +320,13 @@ class ConnectionActor(GeventActor):
             )
             return
         name = request.producer_name or f"brokerlet-{next(_producer_names)}"
+        schema_version = None
+        if self.schemas is not None:
+            try:
+                schema_version = schema_wire.admit_producer(self.schemas, request)
+            except SchemaError as error:
+                self._error(request.request_id, pb.IncompatibleSchema, str(error))
+                return
         topic_ref = self._topic(request.topic)
         try:
             topic_ref.ask(AddProducer(name, self.peer))
@@ -319,19 +334,17 @@ class ConnectionActor(GeventActor):
             self._error(request.request_id, error.code, error.message)
             return
         self.producers[request.producer_id] = _Producer(
-            request.producer_id, name, request.topic, topic_ref
+            request.producer_id, name, request.topic, topic_ref, schema_version
         )
-        self._producer_success(request.request_id, name)
+        self._producer_success(request.request_id, name, schema_version)
 
-    def _producer_success(self, request_id: int, name: str) -> None:
-        self._send(
-            T(
-                type=T.PRODUCER_SUCCESS,
-                producer_success=pb.CommandProducerSuccess(
-                    request_id=request_id, producer_name=name, last_sequence_id=-1
-                ),
-            )
+    def _producer_success(self, request_id: int, name: str, schema_version: bytes | None) -> None:
+        success = pb.CommandProducerSuccess(
+            request_id=request_id, producer_name=name, last_sequence_id=-1
         )
+        if schema_version is not None:
+            success.schema_version = schema_version
+        self._send(T(type=T.PRODUCER_SUCCESS, producer_success=success))
 
     def _close_producer(self, command: pb.BaseCommand) -> None:
         request = command.close_producer
@@ -437,6 +450,14 @@ class ConnectionActor(GeventActor):
         if request.HasField("start_message_id"):
             start = (request.start_message_id.ledger_id, request.start_message_id.entry_id)
         topic_ref = self._topic(request.topic)
+        if self.schemas is not None:
+            try:
+                schema_wire.admit_consumer(
+                    self.schemas, request, lambda: topic_is_idle(topic_ref.ask(TopicStats()))
+                )
+            except SchemaError as error:
+                self._error(request_id, pb.IncompatibleSchema, str(error))
+                return
         dispatcher = topic_ref.ask(
             Subscribe(
                 request.subscription, request.sub_type, durable, request.initial_position, start
@@ -580,6 +601,51 @@ class ConnectionActor(GeventActor):
         response.consumer_mark_delete_position.ledger_id = ledger_id
         response.consumer_mark_delete_position.entry_id = mark_delete if mark_delete >= 0 else NO_ID
         self._send(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, get_last_message_id_response=response))
+
+
+    # Schemas.
+
+    def _get_schema(self, command: pb.BaseCommand) -> None:
+        request = command.get_schema
+        if self.schemas is None:
+            response = pb.CommandGetSchemaResponse(
+                request_id=request.request_id,
+                error_code=pb.NotAllowedError,
+                error_message="This broker has no schema registry",
+            )
+        else:
+            response = schema_wire.answer_get_schema(self.schemas, request)
+        self._send(T(type=T.GET_SCHEMA_RESPONSE, get_schema_response=response))
+
+    def _get_or_create_schema(self, command: pb.BaseCommand) -> None:
+        request = command.get_or_create_schema
+        if self.schemas is None:
+            response = pb.CommandGetOrCreateSchemaResponse(
+                request_id=request.request_id,
+                error_code=pb.NotAllowedError,
+                error_message="This broker has no schema registry",
+            )
+        else:
+            # Imported here: the broker actor's module imports this one.
+            from brokerlet.actors.broker import GetTopicStats  # noqa: PLC0415
+
+            # Pulsar answers only for a topic that exists; brokerlet's exist once used.
+            exists = valid_topic_name(request.topic) and (
+                self.broker.ask(GetTopicStats(request.topic)) is not None
+            )
+            response = schema_wire.answer_get_or_create_schema(self.schemas, request, exists)
+        self._send(
+            T(type=T.GET_OR_CREATE_SCHEMA_RESPONSE, get_or_create_schema_response=response)
+        )
+
+
+def topic_is_idle(stats: dict[str, Any]) -> bool:
+    """No producers, no consumers and no data: a consumer's schema may be registered."""
+    return (
+        not stats["publishers"]
+        and stats["lastEntryId"] < 0
+        and not any(sub.get("consumers") for sub in stats["subscriptions"].values())
+    )
 
 
 class _ProtocolViolation(Exception):  # noqa: N818 - a signal, not an error to report

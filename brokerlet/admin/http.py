@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from brokerlet.admin._metrics import AllStats, StatsCollector, TopicStats
+from brokerlet.admin.mini_app import RestApp
 
 __all__ = ["AdminServer"]
 
@@ -114,6 +115,8 @@ class AdminServer:
         all_stats: returns ``{topic name: stats}`` for every topic.
         cluster: the ``cluster`` label of every metric.
         max_connections: connections served at once; more wait in the listen backlog.
+        fallback: serves the paths these routes do not (the contract's route modules, until
+            issue 12's admin application replaces this server).
     """
 
     def __init__(
@@ -125,12 +128,14 @@ class AdminServer:
         all_stats: AllStats,
         cluster: str = "brokerlet",
         max_connections: int = 64,
+        fallback: RestApp | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self._topic_stats = topic_stats
         self._all_stats = all_stats
         self._max_connections = max_connections
+        self._fallback = fallback
         # A private registry: an embedding program's global registry stays its own.
         self.registry = CollectorRegistry()
         self.registry.register(StatsCollector(all_stats, cluster=cluster))
@@ -175,6 +180,11 @@ class AdminServer:
         self, environ: WSGIEnvironment, start_response: StartResponse
     ) -> Iterable[bytes]:
         """Answer one request (a WSGI application)."""
+        fallback = self._fallback
+        if fallback is not None and fallback.matches(
+            str(environ.get("PATH_INFO", "")), str(environ.get("REQUEST_METHOD", "GET"))
+        ):
+            return fallback(environ, start_response)
         response = self._respond(environ)
         headers = [
             ("Content-Type", response.content_type),

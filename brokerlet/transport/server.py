@@ -28,6 +28,7 @@ from brokerlet.actors.connection import ConnectionActor, ConnectionLost, Receive
 from brokerlet.actors.consumer import ConnectionHandle
 from brokerlet.actors.eventloop import WritabilityChanged
 from brokerlet.config import Settings
+from brokerlet.schema import SchemaRegistry
 from brokerlet.transport.channel import Channel
 from brokerlet.transport.protocol import FrameDecoder, ProtocolError, encode_command, pb
 from brokerlet.transport.sockopts import configure_socket
@@ -56,8 +57,10 @@ class Server:
         broker: Any,
         event_loops: list[Any],
         advertised_url: Callable[[], str],
+        schemas: SchemaRegistry | None = None,
     ) -> None:
         self.settings = settings
+        self.schemas = schemas
         self.broker = broker
         self.event_loops = event_loops
         self._advertised_url = advertised_url
@@ -133,6 +136,7 @@ class Server:
             settings=settings,
             advertised_url=self._advertised_url(),
             close_socket=close_socket,
+            schemas=self.schemas,
         )
         handle.actor = actor
         self._connections.add(sock)
