@@ -13,6 +13,7 @@ from bench.broker_process import REPO_ROOT, broker_command
 from bench.dispatch_sections import run_backpressure, run_flow, run_keyshared, run_selector
 from bench.memory import raise_file_limit
 from bench.report import Row, print_header, print_table, system_info, write_json
+from bench.schema_bench import run_schema
 from bench.sections import FULL, QUICK, SectionResult, run_memory, run_startup, run_throughput
 from bench.storage_section import run_storage
 from bench.throughput import DEFAULT_PRODUCERS
@@ -21,7 +22,7 @@ __all__ = ["main"]
 
 # Client-process sections first; those that run a broker or actors in this process last.
 SECTIONS = ("throughput", "keyshared", "storage", "startup", "memory", "backpressure", "flow",
-            "selector")
+            "selector", "schema")
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
 
@@ -56,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "backpressure": lambda: run_backpressure(plan),
         "flow": lambda: run_flow(plan),
         "selector": lambda: run_selector(plan),
+        "schema": lambda: run_schema(plan),
     }
     results: dict[str, object] = {"header": info, "quick": args.quick}
     rows: list[Row] = []

@@ -15,8 +15,12 @@ import json
 import sqlite3
 from pathlib import Path
 
+import avro.schema as avro_schema
 import pytest
+from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 from google.protobuf import descriptor_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from brokerlet.config import load_settings
 from brokerlet.schema import (
@@ -38,6 +42,7 @@ from brokerlet.schema import (
     schema_policies,
     to_wire,
 )
+from brokerlet.schema.avro_rules import _can_read
 from brokerlet.schema.keyvalue import decode_halves, encode_halves, from_rest_data, to_rest_data
 
 TOPIC = "persistent://public/default/orders"
@@ -418,3 +423,54 @@ def test_memory_storage_numbers_versions_from_zero_per_schema() -> None:
 def test_schema_errors_share_one_base() -> None:
     assert issubclass(IncompatibleSchemaError, SchemaError)
     assert issubclass(InvalidSchemaError, SchemaError)
+
+
+# --- the narrowed Avro check agrees with the whole one ----------------------------------
+
+_FIELD_TYPES: list[tuple[object, object]] = [
+    ("int", 0),
+    ("long", 0),
+    ("string", ""),
+    (["null", "string"], None),
+    (["null", "int"], None),
+    ({"type": "array", "items": "int"}, []),
+    ({"type": "map", "values": "long"}, {}),
+    ({"type": "long", "logicalType": "timestamp-millis"}, 0),
+]
+
+
+@st.composite
+def _record_pair(draw: st.DrawFn) -> tuple[bytes, bytes]:
+    names = [f"f{i}" for i in range(draw(st.integers(1, 6)))]
+
+    def fields() -> list[dict[str, object]]:
+        chosen = []
+        for name in names:
+            if draw(st.booleans()):
+                kind, default = draw(st.sampled_from(_FIELD_TYPES))
+                field: dict[str, object] = {"name": name, "type": kind}
+                if draw(st.booleans()):
+                    field["default"] = default
+                chosen.append(field)
+        return chosen
+
+    base = fields()
+    other = [f for f in base if draw(st.booleans())] + fields()
+    seen: set[object] = set()
+    other = [f for f in other if not (f["name"] in seen or seen.add(f["name"]))]
+    return (
+        json.dumps({"type": "record", "name": "R", "fields": base}).encode(),
+        json.dumps({"type": "record", "name": "R", "fields": other}).encode(),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(_record_pair())
+def test_narrowing_shared_fields_never_changes_the_verdict(pair: tuple[bytes, bytes]) -> None:
+    reader, writer = pair
+    whole = ReaderWriterCompatibilityChecker().get_compatibility(
+        avro_schema.parse(reader.decode()), avro_schema.parse(writer.decode())
+    )
+    assert (_can_read(reader, writer) is None) == (
+        whole.compatibility is SchemaCompatibilityType.compatible
+    )
