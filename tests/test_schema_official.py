@@ -386,3 +386,26 @@ def test_the_registry_survives_a_restart(tmp_path: Path) -> None:
         with RawClient(second.address) as raw:
             raw.handshake()
             assert decode_version(_get_schema(raw, topic, None).schema_version) == 1
+
+
+def test_auto_consume_and_schemaless_consumers_are_not_checked(broker: Broker) -> None:
+    topic = fresh()
+    with RawClient(broker.address) as raw:
+        raw.handshake()
+        _producer(raw, topic, 0, _avro_schema(UserV1))
+        for consumer_id, schema in enumerate(
+            (pb.Schema(name="auto", schema_data=b"", type=21), None)  # wire AutoConsume
+        ):
+            subscribe = pb.CommandSubscribe(
+                topic=topic,
+                subscription="s",
+                sub_type=1,
+                consumer_id=consumer_id,
+                request_id=10 + consumer_id,
+            )
+            if schema is not None:
+                subscribe.schema.CopyFrom(schema)
+            raw.send_command(T(type=T.SUBSCRIBE, subscribe=subscribe))
+            assert raw.expect(T.SUCCESS).success.request_id == 10 + consumer_id
+    assert broker.schemas is not None
+    assert len(broker.schemas.history(topic)) == 1

@@ -333,6 +333,16 @@ def test_delete_leaves_a_marker_and_a_new_history_starts_after_it() -> None:
     assert reg.put_if_absent(TOPIC, avro(NAME)) == 0
 
 
+def test_deleting_a_topic_drops_its_history_but_a_partition_keeps_the_shared_one() -> None:
+    reg = registry()
+    reg.put_if_absent(TOPIC, avro(NAME))
+    assert reg.topic_deleted(TOPIC + "-partition-0") is False
+    assert reg.get(TOPIC) is not None
+    assert reg.topic_deleted(TOPIC) is True
+    assert reg.history(TOPIC) == []
+    assert reg.put_if_absent(TOPIC, SchemaRecord(SchemaType.STRING, b"")) == 0  # no marker
+
+
 # --- admission --------------------------------------------------------------------------
 
 

@@ -278,6 +278,18 @@ class SchemaRegistry:
         with self._lock:
             self.storage.delete(schema_id(topic))
 
+    def topic_deleted(self, topic: str) -> bool:
+        """What deleting ``topic`` does to its schema; True if the history was dropped.
+
+        Pulsar's AbstractTopic.deleteSchema drops the whole history (not a deletion marker:
+        "when we delete a topic, the schema history is meaningless"), except for a partition
+        of a partitioned topic, whose shared schema goes when the partitioned topic does.
+        """
+        if _PARTITION.search(topic):
+            return False
+        self.delete_all(topic)
+        return True
+
     # Admission of producers and consumers (ServerCnx / AbstractTopic rules).
 
     def admit_producer(self, topic: str, record: SchemaRecord | None) -> int | None:
