@@ -409,3 +409,14 @@ def test_auto_consume_and_schemaless_consumers_are_not_checked(broker: Broker) -
             assert raw.expect(T.SUCCESS).success.request_id == 10 + consumer_id
     assert broker.schemas is not None
     assert len(broker.schemas.history(topic)) == 1
+
+
+def test_a_typed_consumer_on_an_active_topic_without_a_schema_is_refused(
+    client: pulsar.Client,
+) -> None:
+    # AbstractTopic.addSchemaIfIdleOrCheckCompatible: data but no schema to check against.
+    topic = fresh()
+    client.create_producer(topic).send(b"untyped")
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(topic, "s", schema=StringSchema())
+    client.subscribe(topic, "plain")  # without a schema: fine

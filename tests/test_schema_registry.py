@@ -44,6 +44,7 @@ from brokerlet.schema import (
 )
 from brokerlet.schema.avro_rules import _can_read
 from brokerlet.schema.keyvalue import decode_halves, encode_halves, from_rest_data, to_rest_data
+from brokerlet.transport.protocol import FrameDecoder, encode_command, pb
 
 TOPIC = "persistent://public/default/orders"
 
@@ -387,7 +388,10 @@ def test_consumers_check_backward_against_the_latest_and_register_only_on_idle_t
         )
     # A busy topic without a schema has nothing to check against.
     other = "persistent://public/default/busy"
-    with pytest.raises(IncompatibleSchemaError, match="does not have schema to check"):
+    with pytest.raises(
+        IncompatibleSchemaError,
+        match=r"active topic with empty\(BYTES\) schema: new schema type AVRO",
+    ):
         reg.admit_consumer(other, avro(NAME), lambda: False)
     # AUTO_CONSUME is never checked.
     reg.admit_consumer(other, SchemaRecord(SchemaType.AUTO_CONSUME, b""), lambda: False)
@@ -484,3 +488,19 @@ def test_narrowing_shared_fields_never_changes_the_verdict(pair: tuple[bytes, by
     assert (_can_read(reader, writer) is None) == (
         whole.compatibility is SchemaCompatibilityType.compatible
     )
+
+
+def test_the_codec_keeps_a_schema_type_it_does_not_know() -> None:
+    # Schema.type is int32 in our proto: a newer type value still parses, so the registry can
+    # refuse the producer by name instead of the codec dropping the connection.
+    command = pb.BaseCommand(
+        type=pb.BaseCommand.PRODUCER,
+        producer=pb.CommandProducer(
+            topic=TOPIC,
+            producer_id=1,
+            request_id=2,
+            schema=pb.Schema(name="x", schema_data=b"", type=99),
+        ),
+    )
+    (frame,) = FrameDecoder(1 << 20).feed(encode_command(command))
+    assert frame.command.producer.schema.type == 99

@@ -325,7 +325,12 @@ class SchemaRegistry:
         if record is None or record.type is SchemaType.AUTO_CONSUME:
             return
         self._validate(record)
-        if self.has_schema(topic) or not topic_idle():
+        if self.has_schema(topic):
             self.check_consumer(topic, record)
-        else:
+        elif topic_idle():
             self.add_schema(topic, record)
+        else:
+            raise IncompatibleSchemaError(
+                "Failed to add schema to an active topic with empty(BYTES) schema: new schema "
+                f"type {record.type.name}"
+            )
