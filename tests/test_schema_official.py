@@ -118,7 +118,18 @@ def test_always_compatible_accepts_an_incompatible_producer(
     assert [s.version for s in broker.schemas.history(topic)] == [0, 1]
 
 
-def test_a_consumer_with_a_compatible_schema_reads_older_messages(client: pulsar.Client) -> None:
+def test_a_consumer_with_a_compatible_schema_reads_older_messages(
+    client: pulsar.Client, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert broker.schemas is not None
+    asked: list[int | None] = []
+    lookup = broker.schemas.get
+
+    def spy(topic: str, version: int | None = None) -> Any:
+        asked.append(version)
+        return lookup(topic, version)
+
+    monkeypatch.setattr(broker.schemas, "get", spy)
     topic = fresh()
     producer = client.create_producer(topic, schema=AvroSchema(UserV1))
     for age in (1, 2):
@@ -133,6 +144,7 @@ def test_a_consumer_with_a_compatible_schema_reads_older_messages(client: pulsar
         assert message.value().email is None
         ages.append(message.value().age)
     assert ages == [1, 2]
+    assert 0 in asked  # the writer's version 0, fetched with GET_SCHEMA
 
 
 def test_a_consumer_that_cannot_read_the_latest_is_refused(client: pulsar.Client) -> None:
