@@ -92,7 +92,9 @@ class SchemaRegistry:
         self.storage: SchemaStorage = storage if storage is not None else MemorySchemaStorage()
         self.namespace_policies = namespace_policies
         self._clock = clock
-        self._lock = threading.RLock()
+        # Never held across a yield (nothing inside cooperates with gevent), so greenlets of
+        # one hub and other threads exclude each other alike.
+        self._lock = threading.Lock()
 
     # Policies.
 
