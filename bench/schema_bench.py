@@ -111,8 +111,11 @@ def run_schema(plan: Plan) -> SectionResult:
     section = SectionResult(data=results)
     medians, added = results["median_ms"], results["added_ms"]
     section.rows += [
-        Row("producer creation, no schema, new topic", f"{medians['none']:.2f} ms",
-            f"median of {plan.schema_rounds}, official client, same run"),
+        Row(
+            "producer creation, no schema, new topic",
+            f"{medians['none']:.2f} ms",
+            f"median of {plan.schema_rounds}, official client, same run",
+        ),
         Row("  no schema, existing topic", f"{medians['none_existing']:.2f} ms"),
     ]
     labels = {
@@ -122,9 +125,13 @@ def run_schema(plan: Plan) -> SectionResult:
     }
     for kind, label in labels.items():
         section.rows.append(
-            Row(f"  {label}", f"{medians[kind]:.2f} ms", f"{added[kind]:+.2f} ms added",
+            Row(
+                f"  {label}",
+                f"{medians[kind]:.2f} ms",
+                f"{added[kind]:+.2f} ms added",
                 f"<= {ADDED_MS_TARGET:.0f} ms added",
-                judge(added[kind], at_most=ADDED_MS_TARGET))
+                judge(added[kind], at_most=ADDED_MS_TARGET),
+            )
         )
     return section
 

@@ -602,7 +602,6 @@ class ConnectionActor(GeventActor):
         response.consumer_mark_delete_position.entry_id = mark_delete if mark_delete >= 0 else NO_ID
         self._send(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, get_last_message_id_response=response))
 
-
     # Schemas.
 
     def _get_schema(self, command: pb.BaseCommand) -> None:
@@ -634,9 +633,7 @@ class ConnectionActor(GeventActor):
                 self.broker.ask(GetTopicStats(request.topic)) is not None
             )
             response = schema_wire.answer_get_or_create_schema(self.schemas, request, exists)
-        self._send(
-            T(type=T.GET_OR_CREATE_SCHEMA_RESPONSE, get_or_create_schema_response=response)
-        )
+        self._send(T(type=T.GET_OR_CREATE_SCHEMA_RESPONSE, get_or_create_schema_response=response))
 
 
 def topic_is_idle(stats: dict[str, Any]) -> bool:
