@@ -11,25 +11,36 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 import gevent
 import gevent.event
+import gevent.lock
 import pykka
 
-from brokerlet.actors.broker import BrokerActor, GetAllStats, GetTopic, GetTopicStats
+from brokerlet.actors import stats_reader
+from brokerlet.actors.broker import BrokerActor
 from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.actors.messages import CloseIdleTopics, GetTopic
+from brokerlet.actors.supervision import tell_quietly
 from brokerlet.admin import AdminServer
-from brokerlet.admin.mini_app import schema_admin_app
-from brokerlet.config import Settings, load_settings
-from brokerlet.schema import SchemaRegistry, SqliteSchemaStorage
+from brokerlet.admin.rest import AdminContext
+from brokerlet.config import Settings, SettingsError, load_settings
+from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
+from brokerlet.metadata import MetadataStore
+from brokerlet.metadata.listeners import parse_listeners
+from brokerlet.schema import SchemaRegistry, TableSchemaStorage
+from brokerlet.security.authorization import PolicySource, PulsarShapedPolicies
+from brokerlet.security.http import admin_guard, start_https
+from brokerlet.security.service import Security
 from brokerlet.storage import DiskStorage, FileOps
 from brokerlet.transport.server import Server
+from brokerlet.transport.tls import server_context
 
 __all__ = ["Broker"]
 
@@ -44,8 +55,19 @@ class Broker:
     Args:
         settings: a complete settings object; defaults to :func:`load_settings` with no file
             and no environment, so an embedded broker is not steered by ``BROKERLET_*``.
+        storage_file_ops: file operations for disk storage (tests inject failures).
+        dispatch_options: switches that turn dispatch rules off, for tests and diagnostics
+            that show what a rule prevents (see :class:`DispatchOptions`).
+        pulsar_config: a Pulsar ``broker.conf`` / ``standalone.conf`` read under the
+            overrides (only without ``settings``).
+        policies: where tenants' admin roles and namespace permissions come from; defaults
+            to the broker's metadata store (see :attr:`policies`).
         **overrides: individual settings, by snake_case key or Pulsar alias
             (``Broker(port=0, dispatcherMaxReadBatchSize=50)``).
+
+    Raises:
+        SettingsError: a bad setting, an unsupported authentication provider, or TLS or
+            key files that cannot be loaded.
 
     Example::
 
@@ -58,10 +80,15 @@ class Broker:
         settings: Settings | None = None,
         *,
         storage_file_ops: FileOps | None = None,
+        dispatch_options: DispatchOptions = DEFAULT_OPTIONS,
+        pulsar_config: str | os.PathLike[str] | None = None,
+        policies: PolicySource | None = None,
         **overrides: object,
     ) -> None:
         if settings is None:
-            settings = load_settings(env={}, overrides=overrides)
+            settings = load_settings(env={}, overrides=overrides, pulsar_config=pulsar_config)
+        elif pulsar_config is not None:
+            raise TypeError("pass pulsar_config or settings, not both")
         elif overrides:
             settings = settings.replace(**overrides)
         # An ephemeral broker gets an ephemeral web service too, unless another port was
@@ -74,8 +101,27 @@ class Broker:
             and not web_port_given
         ):
             settings = settings.replace(web_service_port=0)
+        listeners = parse_listeners(settings.advertised_listeners)
+        internal = settings.internal_listener_name
+        if internal and internal not in listeners:
+            raise SettingsError(
+                f"internal_listener_name = {internal!r}: must name one of advertised_listeners "
+                f"({', '.join(listeners) or 'none configured'})",
+                key="internal_listener_name",
+            )
         self.settings = settings
+        # Tenants and namespace permissions come from the metadata store (made at start).
+        self.security = Security.from_settings(
+            settings, policies if policies is not None else self._metadata_policies()
+        )
+        self.policies = self.security.authorizer.policies
+        uses_tls = settings.broker_service_port_tls >= 0 or settings.web_service_port_tls >= 0
+        self._tls_context = server_context(settings) if uses_tls else None
+        self._tls_server: Server | None = None
+        self._https: Any = None
         self._file_ops = storage_file_ops
+        self._dispatch_options = dispatch_options
+        self.metadata: MetadataStore | None = None
         self._storage: DiskStorage | None = None
         self._thread: threading.Thread | None = None
         self._hub: Any = None
@@ -87,9 +133,32 @@ class Broker:
         self._admin: AdminServer | None = None
         self._broker_actor: pykka.ActorRef[BrokerActor] | None = None
         self._event_loops: list[pykka.ActorRef[EventLoopActor]] = []
+        self._idle_check: gevent.Greenlet | None = None
         self.schemas: SchemaRegistry | None = None
         self.started_at: float | None = None
         self.startup_seconds: float | None = None
+
+    def _metadata_policies(self) -> PulsarShapedPolicies:
+        def tenant_info(tenant: str) -> Any:
+            return None if self.metadata is None else self.metadata.tenants.get(tenant)
+
+        def namespace_policies(tenant: str, namespace: str) -> Any:
+            store = self.metadata
+            return None if store is None else store.namespaces.get(f"{tenant}/{namespace}")
+
+        def update(tenant: str, namespace: str, change: Callable[[dict[str, Any]], None]) -> bool:
+            store = self.metadata
+            if store is None or f"{tenant}/{namespace}" not in store.namespaces:
+                return False
+
+            def changed(policies: dict[str, Any]) -> dict[str, Any]:
+                change(policies)
+                return policies
+
+            store.update_policies(f"{tenant}/{namespace}", changed)
+            return True
+
+        return PulsarShapedPolicies(tenant_info, namespace_policies, update)
 
     # Lifecycle.
 
@@ -153,24 +222,40 @@ class Broker:
     @property
     def service_url(self) -> str:
         """The ``pulsar://`` URL clients should use (also what lookups answer)."""
-        if self.settings.advertised_url:
+        if self.settings.advertised_url.startswith("pulsar://"):
             return self.settings.advertised_url
         host, port = self.address
         return f"pulsar://{host}:{port}"
+
+    @property
+    def service_url_tls(self) -> str | None:
+        """The ``pulsar+ssl://`` URL, or None without a TLS listener."""
+        if self._tls_server is None:
+            return None
+        if self.settings.advertised_url_tls:
+            return self.settings.advertised_url_tls
+        if self.settings.advertised_url.startswith("pulsar+ssl://"):
+            return self.settings.advertised_url
+        host, port = self._tls_server.address
+        return f"pulsar+ssl://{host}:{port}"
+
+    @property
+    def web_service_url_tls(self) -> str | None:
+        """The HTTPS base URL, or None without an HTTPS listener."""
+        if self._https is None:
+            return None
+        host, port = self._https.address[:2]
+        return f"https://{host}:{port}"
 
     # Observability.
 
     def topic_stats(self, topic: str) -> dict[str, Any] | None:
         """Stats of one topic, shaped like Pulsar's topic stats; None for an unknown topic."""
-        stats: dict[str, Any] | None = self._call(
-            lambda ref: ref.ask(GetTopicStats(topic), block=True)
-        )
-        return stats
+        return self._call(lambda ref: stats_reader.topic_stats(ref, topic))
 
     def stats(self) -> dict[str, Any]:
         """Stats of every topic, keyed by topic name."""
-        stats: dict[str, Any] = self._call(lambda ref: ref.ask(GetAllStats(), block=True))
-        return stats
+        return self._call(stats_reader.all_stats)
 
     def _call(self, func: Callable[[pykka.ActorRef[BrokerActor]], R], timeout: float = 10.0) -> R:
         """Run ``func(broker_actor)`` on the broker's hub and return its result to this thread."""
@@ -196,6 +281,11 @@ class Broker:
         try:
             self._run(None)
         finally:
+            # The hub is this thread's alone: destroy it with its loop and thread pool, so a
+            # stopped broker leaves no file descriptors or native threads behind.
+            hub, self._hub = self._hub, None
+            if hub is not None:
+                hub.destroy(destroy_loop=True)
             self._done.set()
 
     def _run(self, on_ready: Callable[[Broker], object] | None) -> None:
@@ -241,50 +331,118 @@ class Broker:
                 cursor_flush_ms=settings.cursor_flush_ms,
                 file_ops=self._file_ops,
             )
-        self.schemas = self._schema_registry()
-        self._broker_actor = BrokerActor.start(self.settings, self._storage)
+            # The metadata lives beside the topics, in the directory the storage has locked.
+            self.metadata = MetadataStore.in_directory(
+                settings.data_dir, cluster=settings.cluster_name
+            )
+        else:
+            self.metadata = MetadataStore(None, cluster=settings.cluster_name)
+        self.schemas = self._schema_registry(self.metadata)
+        self._broker_actor = BrokerActor.start(
+            self.settings,
+            self._storage,
+            self.metadata,
+            self._dispatch_options,
+            topic_deleted=self.schemas.topic_deleted,
+        )
         if self._storage is not None:
             # Recover every stored topic now: torn tails are repaired and logged at start-up,
             # and retention knows every durable subscription before anyone acks.
             for name in self._storage.topics():
-                self._broker_actor.ask(GetTopic(name))
+                self._broker_actor.ask(GetTopic(name, recovering=True))
         self._event_loops = [EventLoopActor.start(i) for i in range(self.settings.event_loops)]
+        if settings.inactive_topic_close_interval_seconds:
+            self._idle_check = gevent.spawn(
+                self._close_idle_topics, settings.inactive_topic_close_interval_seconds
+            )
         self._server = Server(
             self.settings,
             broker=self._broker_actor,
             event_loops=self._event_loops,
             advertised_url=lambda: self.service_url,
+            security=self.security,
             schemas=self.schemas,
         )
         self._server.start()
+        if self._tls_context is not None and self.settings.broker_service_port_tls >= 0:
+            self._tls_server = Server(
+                self.settings,
+                broker=self._broker_actor,
+                event_loops=self._event_loops,
+                advertised_url=lambda: self.service_url,
+                tls_context=self._tls_context,
+                advertised_url_tls=lambda: self.service_url_tls or "",
+                security=self.security,
+                limits_shared_with=self._server,
+                schemas=self.schemas,
+            )
+            self._tls_server.start()
         if self.settings.web_service_enabled:
+            context = AdminContext(
+                broker=self._broker_actor,
+                settings=self.settings,
+                metadata=self.metadata,
+                service_url=lambda: self.service_url,
+                service_url_tls=lambda: self.service_url_tls,
+                web_service_url_tls=lambda: self.web_service_url_tls,
+                security=self.security,
+                schemas=self.schemas,
+            )
             self._admin = AdminServer(
                 self.settings.host,
                 self.settings.web_service_port,
                 topic_stats=self.topic_stats,
                 all_stats=self.stats,
-                fallback=schema_admin_app(self.schemas, self.settings),
+                cluster=self.settings.cluster_name,
+                context=context,
+                guards=[admin_guard(self.security)],
             )
             self._admin.start()
+            if self._tls_context is not None and self.settings.web_service_port_tls >= 0:
+                self._https = start_https(
+                    self.settings.host,
+                    self.settings.web_service_port_tls,
+                    self._admin.application,
+                    self._tls_context,
+                )
 
-    def _schema_registry(self) -> SchemaRegistry:
-        # Until the metadata store (issue 12) holds them, disk brokers keep schemas in a
-        # SQLite file of their own beside the topics; SqliteSchemaStorage also takes the
-        # store's connection.
-        if self.settings.storage == "disk":
-            path = Path(self.settings.data_dir) / "schemas.sqlite"
-            return SchemaRegistry(self.settings, SqliteSchemaStorage(path))
-        return SchemaRegistry(self.settings)
+    def _close_idle_topics(self, interval: float) -> None:
+        broker = self._broker_actor
+        while broker is not None:
+            gevent.sleep(interval)
+            tell_quietly(broker, CloseIdleTopics())
+
+    def _schema_registry(self, store: MetadataStore) -> SchemaRegistry:
+        # Versions live in the metadata store's database (its migration 2), so a disk
+        # broker's schemas survive a restart with its namespaces and topics. Its writes wait
+        # for the commit cooperatively, so the registry's lock must be a gevent one.
+        def namespace_policies(namespace: str) -> dict[str, Any] | None:
+            return store.namespaces.get(namespace)
+
+        return SchemaRegistry(
+            self.settings,
+            TableSchemaStorage(store),
+            namespace_policies=namespace_policies,
+            lock=gevent.lock.Semaphore(),
+        )
 
     def _shutdown(self) -> None:
+        if self._https is not None:
+            self._https.stop(timeout=1.0)
+        if self._idle_check is not None:
+            self._idle_check.kill(block=False)
         if self._admin is not None:
             self._admin.stop()
+        if self._tls_server is not None:
+            self._tls_server.stop()
         if self._server is not None:
             self._server.stop()
         for ref in [self._broker_actor, *self._event_loops]:
             if ref is not None:
                 with contextlib.suppress(pykka.ActorDeadError):
                     ref.stop(block=True, timeout=5)
+        if self.metadata is not None:
+            self.metadata.close()
         if self._storage is not None:
             self._storage.close()
             self._storage = None

@@ -58,7 +58,7 @@ def test_defaults_match_the_documented_table() -> None:
     assert settings.dispatcher_max_read_batch_size == 100
     assert settings.dispatcher_read_failure_backoff_max_time_ms == 60000
     assert settings.max_unacked_messages_per_subscription == 200000
-    assert settings.key_shared_look_ahead_msg_in_replay_threshold_per_subscription == 20000
+    assert settings.key_shared_look_ahead_msg_in_replay_threshold_per_subscription == 40000
     assert settings.storage == "memory"
     assert settings.log_level == "INFO"
 
@@ -269,7 +269,7 @@ def test_a_bad_flag_value_names_the_flag() -> None:
         ({"log_level": "TRACE"},
          "log_level = 'TRACE': must be one of 'DEBUG', 'INFO', 'WARNING', 'ERROR'"),
         ({"advertised_url": "http://x:6650"},
-         "advertised_url = 'http://x:6650': must be '' or a URL starting with pulsar://"),
+         "advertised_url = 'http://x:6650': must be '' or a URL starting with pulsar:// or pulsar+ssl://"),
         # an alias is named as given
         ({"dispatcherMaxReadBatchSize": 0},
          "dispatcher_max_read_batch_size = 0: must be an integer >= 1 "

@@ -20,17 +20,21 @@ from pulsar.schema import AvroSchema, BytesSchema, Integer, JsonSchema, Record, 
 
 from brokerlet import Broker
 from brokerlet.schema import decode_version, encode_version
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import pb
-from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.official
 
 T = pb.BaseCommand
 
-POLICIES: dict[str, dict[str, object]] = {
-    "public/backward": {"schema_compatibility_strategy": "BACKWARD"},
-    "public/always": {"schema_compatibility_strategy": "ALWAYS_COMPATIBLE"},
-    "public/enforced": {"schema_validation_enforced": True},
+# Namespaces with schema policies, set through the admin API's namespace policy routes
+# (stored in the metadata store, which the registry reads).
+POLICIES: dict[str, tuple[str, str, object]] = {
+    "backward": ("PUT", "schemaCompatibilityStrategy", "BACKWARD"),
+    "always": ("PUT", "schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE"),
+    "enforced": ("POST", "schemaValidationEnforced", True),
+    "legacy": ("PUT", "schemaAutoUpdateCompatibilityStrategy", "AlwaysCompatible"),
+    "frozen": ("POST", "isAllowAutoUpdateSchema", False),
 }
 
 UserV1: Any = type("User", (Record,), {"name": String(), "age": Integer()})
@@ -47,8 +51,13 @@ UserBroken: Any = type("User", (Record,), {"name": String(), "age": Integer(), "
 @pytest.fixture(scope="module")
 def broker() -> Iterator[Broker]:
     with Broker(port=0) as running:
-        assert running.schemas is not None
-        running.schemas.namespace_policies = POLICIES.get
+        base = f"{running.web_service_url}/admin/v2/namespaces/public"
+        for namespace, (method, policy, value) in POLICIES.items():
+            requests.put(f"{base}/{namespace}", timeout=10).raise_for_status()
+            answer = requests.request(
+                method, f"{base}/{namespace}/{policy}", json=value, timeout=10
+            )
+            assert answer.status_code == 204, answer.text
         yield running
 
 
@@ -374,6 +383,92 @@ def test_admin_key_value_schemas_use_pulsars_json_form(broker: Broker) -> None:
     assert json.loads(answer["data"]) == document
 
 
+def test_namespace_schema_policies_over_the_admin_api(broker: Broker) -> None:
+    # Pulsar's Namespaces resource: each policy reads back what was set; an unset
+    # isAllowAutoUpdateSchema answers the broker's isAllowAutoUpdateSchemaEnabled.
+    base = f"{broker.web_service_url}/admin/v2/namespaces/public"
+    assert requests.get(f"{base}/backward/schemaCompatibilityStrategy", timeout=10).json() == (
+        "BACKWARD"
+    )
+    assert requests.get(f"{base}/enforced/schemaValidationEnforced", timeout=10).json() is True
+    assert requests.get(f"{base}/default/schemaValidationEnforced", timeout=10).json() is False
+    legacy = requests.get(f"{base}/legacy/schemaAutoUpdateCompatibilityStrategy", timeout=10)
+    assert legacy.json() == "AlwaysCompatible"
+    assert requests.get(f"{base}/frozen/isAllowAutoUpdateSchema", timeout=10).json() is False
+    assert requests.get(f"{base}/default/isAllowAutoUpdateSchema", timeout=10).json() is True
+    bad = requests.put(
+        f"{base}/default/schemaAutoUpdateCompatibilityStrategy", json="Sideways", timeout=10
+    )
+    assert bad.status_code == 400
+    assert "schemaAutoUpdateCompatibilityStrategy" in bad.json()["reason"]
+    bad = requests.post(f"{base}/default/isAllowAutoUpdateSchema", json="yes", timeout=10)
+    assert bad.status_code == 400
+
+
+def test_the_legacy_auto_update_strategy_applies_when_set(client: pulsar.Client) -> None:
+    # schemaAutoUpdateCompatibilityStrategy=AlwaysCompatible with the strategy UNDEFINED:
+    # fromAutoUpdatePolicy gives ALWAYS_COMPATIBLE, so an incompatible producer is accepted.
+    topic = fresh("legacy")
+    client.create_producer(topic, schema=AvroSchema(UserV1))
+    client.create_producer(topic, schema=AvroSchema(UserBroken))
+
+
+def test_without_auto_update_only_known_schemas_are_admitted(
+    client: pulsar.Client, broker: Broker
+) -> None:
+    # isAllowAutoUpdateSchema=false: producers may not register, not even a first version
+    # (AbstractTopic.addSchema); an admin upload may, and then that schema is admitted.
+    topic = fresh("frozen")
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic, schema=AvroSchema(UserV1))
+    local = topic.rsplit("/", 1)[1]
+    upload = requests.post(
+        f"{broker.web_service_url}/admin/v2/schemas/public/frozen/{local}/schema",
+        json={"type": "AVRO", "schema": AvroSchema(UserV1).schema_info().schema()},
+        timeout=10,
+    )
+    assert upload.status_code == 202, upload.text
+    client.create_producer(topic, schema=AvroSchema(UserV1))  # known: fine
+    with pytest.raises(pulsar.IncompatibleSchema):  # compatible, but not known
+        client.create_producer(topic, schema=AvroSchema(UserV2))
+    assert broker.schemas is not None
+    assert [s.version for s in broker.schemas.history(topic)] == [0]
+
+
+def test_deleting_a_topic_drops_its_schema(client: pulsar.Client, broker: Broker) -> None:
+    # Pulsar deletes a topic's schema with the topic (AbstractTopic.deleteSchema).
+    topic = fresh()
+    local = topic.rsplit("/", 1)[1]
+    producer = client.create_producer(topic, schema=AvroSchema(UserV1))
+    producer.close()
+    schema_url = f"{broker.web_service_url}/admin/v2/schemas/public/default/{local}/schema"
+    assert requests.get(schema_url, timeout=10).status_code == 200
+    deleted = requests.delete(
+        f"{broker.web_service_url}/admin/v2/persistent/public/default/{local}", timeout=10
+    )
+    assert deleted.status_code == 204, deleted.text
+    assert requests.get(schema_url, timeout=10).status_code == 404
+    # A new topic of that name starts a new history: an incompatible schema is version 0.
+    client.create_producer(topic, schema=AvroSchema(UserBroken))
+    assert broker.schemas is not None
+    assert [s.version for s in broker.schemas.history(topic)] == [0]
+
+
+def test_deleting_a_partitioned_topic_drops_the_shared_schema(
+    client: pulsar.Client, broker: Broker
+) -> None:
+    local = f"parted-{next(_numbers)}"
+    topic = f"persistent://public/default/{local}"
+    admin = f"{broker.web_service_url}/admin/v2/persistent/public/default/{local}"
+    requests.put(f"{admin}/partitions", json=2, timeout=10).raise_for_status()
+    client.create_producer(topic, schema=AvroSchema(UserV1)).close()
+    assert broker.schemas is not None
+    assert broker.schemas.has_schema(f"{topic}-partition-1")  # partitions share it
+    deleted = requests.delete(f"{admin}/partitions", timeout=10)
+    assert deleted.status_code == 204, deleted.text
+    assert not broker.schemas.has_schema(topic)
+
+
 # --- restart ----------------------------------------------------------------------------
 
 
@@ -398,6 +493,8 @@ def test_the_registry_survives_a_restart(tmp_path: Path) -> None:
         with RawClient(second.address) as raw:
             raw.handshake()
             assert decode_version(_get_schema(raw, topic, None).schema_version) == 1
+    # Kept in the metadata store's database, not in a file of the registry's own.
+    assert not (tmp_path / "schemas.sqlite").exists()
 
 
 def test_auto_consume_and_schemaless_consumers_are_not_checked(broker: Broker) -> None:

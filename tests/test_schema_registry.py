@@ -13,7 +13,9 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import avro.schema as avro_schema
 import pytest
@@ -23,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from brokerlet.config import load_settings
+from brokerlet.metadata import MetadataStore
 from brokerlet.schema import (
     IncompatibleSchemaError,
     InvalidSchemaError,
@@ -32,8 +35,8 @@ from brokerlet.schema import (
     SchemaRecord,
     SchemaRegistry,
     SchemaType,
-    SqliteSchemaStorage,
     Strategy,
+    TableSchemaStorage,
     UnknownSchemaTypeError,
     decode_version,
     encode_version,
@@ -45,6 +48,8 @@ from brokerlet.schema import (
 from brokerlet.schema.avro_rules import _can_read
 from brokerlet.schema.keyvalue import decode_halves, encode_halves, from_rest_data, to_rest_data
 from brokerlet.transport.protocol import FrameDecoder, encode_command, pb
+
+T = TypeVar("T")
 
 TOPIC = "persistent://public/default/orders"
 
@@ -400,31 +405,67 @@ def test_consumers_check_backward_against_the_latest_and_register_only_on_idle_t
 # --- storage ----------------------------------------------------------------------------
 
 
-def test_sqlite_storage_survives_reopening(tmp_path: Path) -> None:
-    path = tmp_path / "schemas.sqlite"
+def test_table_storage_survives_reopening_the_metadata_store(tmp_path: Path) -> None:
     settings = load_settings(env={})
-    first = SchemaRegistry(settings, SqliteSchemaStorage(path))
+    store = MetadataStore.in_directory(str(tmp_path))
+    first = SchemaRegistry(settings, TableSchemaStorage(store))
     first.put_if_absent(TOPIC, SchemaRecord(SchemaType.AVRO, avro(NAME).data, {"a": "1"}))
     first.put_if_absent(TOPIC, avro(NAME, AGE_DEFAULT))
-    first.storage.close()
-    again = SchemaRegistry(settings, SqliteSchemaStorage(path))
-    history = again.history(TOPIC)
-    assert [s.version for s in history] == [0, 1]
-    assert history[0].record.properties == {"a": "1"}
-    assert again.put_if_absent(TOPIC, avro(NAME)) == 0
+    store.close()
+    store = MetadataStore.in_directory(str(tmp_path))
+    try:
+        again = SchemaRegistry(settings, TableSchemaStorage(store))
+        history = again.history(TOPIC)
+        assert [s.version for s in history] == [0, 1]
+        assert history[0].record.properties == {"a": "1"}
+        assert again.put_if_absent(TOPIC, avro(NAME)) == 0
+        # The rows are in the metadata store's own file, beside its tenants and namespaces.
+        assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".sqlite") == []
+        rows = store.read(lambda db: db.execute("SELECT COUNT(*) FROM schema_versions").fetchone())
+        assert rows == (2,)
+    finally:
+        store.close()
 
 
-def test_sqlite_storage_shares_a_connection_and_leaves_it_open() -> None:
-    connection = sqlite3.connect(":memory:", check_same_thread=False)
-    connection.execute("CREATE TABLE namespaces (name TEXT)")  # another area's table
-    storage = SqliteSchemaStorage(connection)
-    assert storage.put("t/ns/a", SchemaRecord(SchemaType.STRING, b"")) == 0
-    assert storage.put("t/ns/a", SchemaRecord(SchemaType.STRING, b"x")) == 1
-    assert storage.schema_ids() == ["t/ns/a"]
-    storage.close()
-    assert connection.execute("SELECT COUNT(*) FROM schema_versions").fetchone() == (2,)
-    storage.delete("t/ns/a")
+class _FailingWrites:
+    """A database whose every write fails, as a full disk would make it."""
+
+    def __init__(self) -> None:
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute(
+            "CREATE TABLE schema_versions (schema_id TEXT, version INTEGER, type INTEGER,"
+            " data BLOB, properties TEXT, timestamp_ms INTEGER, deleted INTEGER)"
+        )
+
+    def read(self, query: Callable[[sqlite3.Connection], T]) -> T:
+        return query(self.db)
+
+    def write(self, change: Callable[[sqlite3.Connection], T]) -> T:
+        raise sqlite3.OperationalError("database or disk is full")
+
+
+def test_table_storage_changes_its_copy_only_after_the_write() -> None:
+    storage = TableSchemaStorage(_FailingWrites())
+    with pytest.raises(sqlite3.OperationalError):
+        storage.put("t/ns/a", SchemaRecord(SchemaType.STRING, b""))
     assert storage.versions("t/ns/a") == []
+    assert storage.schema_ids() == []
+
+
+def test_table_storage_deletes_every_version_of_one_schema() -> None:
+    store = MetadataStore(None)
+    try:
+        storage = TableSchemaStorage(store)
+        assert storage.put("t/ns/a", SchemaRecord(SchemaType.STRING, b"")) == 0
+        assert storage.put("t/ns/a", SchemaRecord(SchemaType.STRING, b"x")) == 1
+        assert storage.put("t/ns/b", SchemaRecord(SchemaType.STRING, b"")) == 0
+        storage.delete("t/ns/a")
+        assert storage.versions("t/ns/a") == []
+        assert storage.schema_ids() == ["t/ns/b"]
+        assert TableSchemaStorage(store).schema_ids() == ["t/ns/b"]  # as stored
+        assert storage.put("t/ns/a", SchemaRecord(SchemaType.STRING, b"")) == 0
+    finally:
+        store.close()
 
 
 def test_memory_storage_numbers_versions_from_zero_per_schema() -> None:

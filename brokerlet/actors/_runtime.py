@@ -29,6 +29,7 @@ Pitfalls:
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import sys
 import time
@@ -40,11 +41,15 @@ import gevent.queue
 import pykka
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from pykka._actor import ActorInbox
     from pykka._future import GetHookFunc
     from pykka._types import OptExcInfo
 
-__all__ = ["GeventActor", "GeventFuture", "HandlerTimeout", "timeout_after"]
+__all__ = ["GeventActor", "GeventFuture", "GreenletTimer", "HandlerTimeout", "timeout_after"]
+
+failure_log = logging.getLogger("brokerlet.actors.supervision")
 
 T = TypeVar("T")
 
@@ -201,6 +206,22 @@ class GeventActor(pykka.Actor):
     def _create_future() -> pykka.Future[Any]:
         return GeventFuture()
 
+    def _handle_failure(
+        self,
+        exception_type: type[BaseException] | None,
+        exception_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # Pykka's own version logs under "pykka"; one ERROR record per failure, under ours,
+        # then the same bookkeeping (unregister, mark stopped) before on_failure runs.
+        failure_log.error(
+            "%s failed; it is replaced (see brokerlet.actors.supervision)",
+            self,
+            exc_info=(exception_type, exception_value, traceback),  # type: ignore[arg-type]
+        )
+        pykka.ActorRegistry.unregister(self.actor_ref)
+        self.actor_stopped.set()
+
     def _start_actor_loop(self) -> None:
         greenlet = gevent.Greenlet(self._actor_loop)
         greenlet.name = f"{self.__class__.__name__}-{next(_greenlet_numbers)}"
@@ -232,3 +253,19 @@ def timeout_after(seconds: float) -> gevent.Timeout:
         An unstarted timeout; entering the `with` block starts it.
     """
     return gevent.Timeout(seconds, HandlerTimeout(f"{seconds} seconds"))
+
+
+class GreenletTimer:
+    """A ``call_later`` handle on gevent."""
+
+    __slots__ = ("_greenlet",)
+
+    def __init__(self, greenlet: gevent.Greenlet) -> None:
+        self._greenlet = greenlet
+
+    @property
+    def done(self) -> bool:
+        return bool(self._greenlet.dead)
+
+    def cancel(self) -> None:
+        self._greenlet.kill(block=False)

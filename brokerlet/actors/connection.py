@@ -14,44 +14,63 @@ other actor ever asks a connection actor, so these waits cannot deadlock.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pykka
 
 from brokerlet import __version__
+from brokerlet.actors import stats_reader
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.consumer import ConnectionHandle, Consumer
-from brokerlet.actors.dispatcher import (
-    KEY_SHARED,
+from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.messages import (
     Ack,
     AddConsumer,
-    ConsumerClosedByBroker,
-    GetMarkDelete,
-    Redeliver,
-    RemoveConsumer,
-    Seek,
-)
-from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.keyshared import KeySharedMeta
-from brokerlet.actors.topic import (
     AddProducer,
     Append,
     Appended,
     AppendItem,
+    ConnectionLost,
+    ConsumerClosedByBroker,
+    FindTopic,
     GetLastEntry,
+    GetMarkDelete,
+    GetTopic,
+    LookupCheck,
+    PartitionedMetadata,
+    Received,
+    Redeliver,
+    RemoveConsumer,
     RemoveProducer,
     ResolvePosition,
+    Seek,
     Subscribe,
-    TopicStats,
+    TopicClosedByBroker,
+    TopicsOfNamespace,
+    UnexpectedMessage,
+    WriteAfterMessages,
 )
+from brokerlet.actors.refusals import (
+    RepeatedWarning,
+    refuse_invalid_text,
+    refuse_unsupported,
+    request_id_of,
+)
+from brokerlet.actors.supervision import record_failure, tell_quietly
 from brokerlet.config import Settings
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+from brokerlet.keyshared import KeySharedMeta
+from brokerlet.metadata.listeners import Listener, UnknownListener, parse_listeners, pick_listener
+from brokerlet.metadata.naming import InvalidName, TopicName
+from brokerlet.metadata.topics import filter_by_pattern, topics_hash
 from brokerlet.schema import SchemaError, SchemaRegistry
 from brokerlet.schema import wire as schema_wire
+from brokerlet.security.session import CheckCredentials, ConnectionAuth
 from brokerlet.storage.ledger import NewEntry
 from brokerlet.transport.protocol import (
     PROTOCOL_VERSION,
@@ -61,33 +80,39 @@ from brokerlet.transport.protocol import (
     decode_payload,
     encode_command,
     encode_send_receipt,
+    metadata_problem,
+    parse_metadata,
     pb,
 )
 
-__all__ = ["ConnectionActor", "ConnectionLost", "Received", "valid_topic_name"]
+if TYPE_CHECKING:
+    from brokerlet.actors.broker import BrokerActor
+    from brokerlet.actors.dispatcher import DispatcherActor
+    from brokerlet.actors.topic import TopicActor
+
+__all__ = ["ConnectionActor", "valid_topic_name"]
 
 log = logging.getLogger(__name__)
 
 T = pb.BaseCommand
-_TOPIC_NAME = re.compile(r"^(persistent|non-persistent)://[^/\s]+/[^/\s]+/[^/\s]+$")
 _producer_names = itertools.count()
 NO_ID = 2**64 - 1
 """-1 as an unsigned 64-bit id: "no entry" in message ids and request ids."""
 
 
+@functools.lru_cache(maxsize=4)
+def listeners_of(setting: str) -> dict[str, Listener]:
+    """The parsed ``advertised_listeners`` (checked at start-up, so this cannot fail)."""
+    return parse_listeners(setting)
+
+
 def valid_topic_name(topic: str) -> bool:
     """A fully qualified ``persistent://tenant/namespace/topic`` name (the client normalises)."""
-    return bool(_TOPIC_NAME.match(topic))
-
-
-@dataclass(frozen=True, slots=True)
-class Received:
-    frames: list[Frame]
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLost:
-    reason: str
+    try:
+        TopicName.parse(topic)
+    except InvalidName:
+        return False
+    return True
 
 
 @dataclass(slots=True)
@@ -95,15 +120,8 @@ class _Producer:
     producer_id: int
     name: str
     topic: str
-    topic_ref: Any
+    topic_ref: pykka.ActorRef[TopicActor]
     schema_version: bytes | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GetTopic:
-    """Asked of the broker actor: the topic's actor, created on first use."""
-
-    name: str
 
 
 class ConnectionActor(GeventActor):
@@ -113,10 +131,13 @@ class ConnectionActor(GeventActor):
         self,
         *,
         handle: ConnectionHandle,
-        broker: Any,  # pykka.ActorRef of the BrokerActor
+        broker: pykka.ActorRef[BrokerActor],
         settings: Settings,
         advertised_url: str,
         close_socket: Callable[[str], None],
+        advertised_url_tls: str = "",
+        security: Any = None,
+        peer_cert: dict[str, Any] | None = None,
         schemas: SchemaRegistry | None = None,
     ) -> None:
         super().__init__()
@@ -128,10 +149,24 @@ class ConnectionActor(GeventActor):
         self.advertised_url = advertised_url
         self._close_socket = close_socket
         self.schemas = schemas
+        self.advertised_url_tls = advertised_url_tls  # set only on TLS connections
+        self.auth = ConnectionAuth(
+            security,
+            self.peer,
+            peer_cert,
+            send=self._send,
+            disconnect=self._disconnect,
+            send_then_disconnect=lambda command, reason: self.channel.write(
+                encode_command(command), lambda _error: self._disconnect(reason)
+            ),
+        )
         self.connected = False
         self.protocol_version = 0
         self.producers: dict[int, _Producer] = {}
         self.consumers: dict[int, Consumer] = {}
+        self._unknown_consumer = RepeatedWarning(log, self.peer, "for unknown consumers")
+        self._refused = RepeatedWarning(log, self.peer, "refused as malformed")
+        self._unsupported_logged: set[int] = set()
         self._handlers: dict[int, Callable[[pb.BaseCommand], None]] = {
             T.CONNECT: self._connect,
             T.PING: self._ping,
@@ -148,6 +183,8 @@ class ConnectionActor(GeventActor):
             T.UNSUBSCRIBE: self._unsubscribe,
             T.GET_LAST_MESSAGE_ID: self._get_last_message_id,
             T.SEEK: self._seek,
+            T.AUTH_RESPONSE: lambda command: self.auth.auth_response(command.auth_response),
+            T.GET_TOPICS_OF_NAMESPACE: self._topics_of_namespace,
             T.GET_SCHEMA: self._get_schema,
             T.GET_OR_CREATE_SCHEMA: self._get_or_create_schema,
         }
@@ -164,12 +201,22 @@ class ConnectionActor(GeventActor):
             self._lost(message.reason)
         elif kind is ConsumerClosedByBroker:
             self._closed_by_broker(message.consumer)
+        elif kind is CheckCredentials:
+            self.auth.check_expiry()
+        elif kind is TopicClosedByBroker:
+            self._topic_closed(message.topic)
+        else:
+            raise UnexpectedMessage(self, message)
 
     def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
         # A bug of ours, not the peer's: drop the connection rather than serve it half-broken.
-        log.error("closing connection from %s: internal error: %r", self.peer, exc)
-        self._release_all()
-        self._close_socket(f"internal error: {exc!r}")
+        # The failure is logged already (GeventActor); nothing here may raise again.
+        record_failure("connection")
+        try:
+            self.auth.stop()
+            self._release_all()
+        finally:
+            self._close_socket(f"internal error: {exc!r}")
 
     def _send(self, command: pb.BaseCommand) -> None:
         self.channel.write(encode_command(command))
@@ -180,17 +227,21 @@ class ConnectionActor(GeventActor):
 
     def _lost(self, reason: str) -> None:
         log.info("connection from %s closed: %s", self.peer, reason)
+        self.auth.stop()
+        self._unknown_consumer.summarise()
+        self._refused.summarise()
         self._release_all()
         self.stop()
 
     def _release_all(self) -> None:
+        # Their topic or dispatcher may have failed: a dead one is skipped, never raised.
         self.handle.closed = True
         self.handle.consumers = ()
         for consumer in self.consumers.values():
-            self._dispatcher_of(consumer).tell(RemoveConsumer(consumer))
+            tell_quietly(self._dispatcher_of(consumer), RemoveConsumer(consumer))
         self.consumers.clear()
         for producer in self.producers.values():
-            producer.topic_ref.tell(RemoveProducer(producer.name))
+            tell_quietly(producer.topic_ref, RemoveProducer(producer.name))
         self.producers.clear()
 
     # Commands.
@@ -203,6 +254,24 @@ class ConnectionActor(GeventActor):
             if not self.connected and kind != T.CONNECT:
                 self._disconnect(f"{command_name(kind)} before CONNECT")
                 return
+            if frame.invalid_text is not None:
+                if sends:
+                    if not self._sends(sends):
+                        return
+                    sends = []
+                reply = refuse_invalid_text(command, frame.invalid_text)
+                if reply is None:
+                    what = f"{command_name(kind)} with invalid UTF-8 in {frame.invalid_text}"
+                    self._disconnect(what)
+                    return
+                self._refused.warn(
+                    "%s sent %s with invalid UTF-8 in %s; refused",
+                    self.peer,
+                    command_name(kind),
+                    frame.invalid_text,
+                )
+                self.channel.write(reply)
+                continue
             if kind == T.SEND:
                 if frame.payload is not None:
                     sends.append((command.send, frame.payload))
@@ -213,24 +282,42 @@ class ConnectionActor(GeventActor):
                 sends = []
             handler = self._handlers.get(kind)
             if handler is None:
-                log.warning(
-                    "%s sent %s, which brokerlet does not support; ignored",
-                    self.peer,
-                    command_name(kind),
-                )
+                self._unsupported(command)
                 continue
             try:
                 handler(command)
             except _ProtocolViolation as stop:
                 self._disconnect(str(stop))
                 return
+            except pykka.ActorDeadError:
+                # The topic or dispatcher asked failed meanwhile; its replacement serves a retry.
+                request_id = request_id_of(command)
+                if request_id is not None:
+                    self._error(request_id, pb.ServiceNotReady, "Topic is restarting, retry")
         if sends:
             self._sends(sends)
+
+    def _unsupported(self, command: pb.BaseCommand) -> None:
+        """Answer a known request brokerlet does not serve with an error, logged once."""
+        kind = command.type
+        reply = refuse_unsupported(command)
+        if kind not in self._unsupported_logged:
+            self._unsupported_logged.add(kind)
+            log.warning(
+                "%s sent %s, which brokerlet does not support; %s",
+                self.peer,
+                command_name(kind),
+                "answered with an error" if reply is not None else "ignored",
+            )
+        if reply is not None:
+            self.channel.write(reply)
 
     def _connect(self, command: pb.BaseCommand) -> None:
         if self.connected:
             raise _ProtocolViolation("a second CONNECT")
         connect = command.connect
+        if not self.auth.connect(connect, self.actor_ref.tell):
+            return  # refused with AuthenticationError; the connection is closing
         self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
         self.connected = True
         log.debug(
@@ -256,27 +343,87 @@ class ConnectionActor(GeventActor):
     def _partitioned_metadata(self, command: pb.BaseCommand) -> None:
         request = command.partitioned_metadata
         response = pb.CommandPartitionedTopicMetadataResponse(request_id=request.request_id)
-        if valid_topic_name(request.topic):
-            response.partitions = 0
-            response.response = pb.CommandPartitionedTopicMetadataResponse.Success
-        else:
+        if not self.auth.allowed("lookup", request.topic):
             response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
-            response.error = pb.InvalidTopicName
-            response.message = f"Invalid topic name {request.topic!r}"
+            response.error = pb.AuthorizationError
+            response.message = f"Role {self.auth.role!r} may not look up {request.topic}"
+            self._send(
+                T(type=T.PARTITIONED_METADATA_RESPONSE, partitioned_metadata_response=response)
+            )
+            return
+        try:
+            response.partitions = self.broker.ask(PartitionedMetadata(request.topic), block=True)
+            response.response = pb.CommandPartitionedTopicMetadataResponse.Success
+        except BrokerError as error:
+            response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
+            response.error = error.code
+            response.message = error.message
         self._send(T(type=T.PARTITIONED_METADATA_RESPONSE, partitioned_metadata_response=response))
 
     def _lookup(self, command: pb.BaseCommand) -> None:
         request = command.lookup
         response = pb.CommandLookupTopicResponse(request_id=request.request_id)
-        if valid_topic_name(request.topic):
-            response.response = pb.CommandLookupTopicResponse.Connect
-            response.broker_service_url = self.advertised_url
-            response.authoritative = True
-        else:
+        if not self.auth.allowed("lookup", request.topic):
             response.response = pb.CommandLookupTopicResponse.Failed
-            response.error = pb.InvalidTopicName
-            response.message = f"Invalid topic name {request.topic!r}"
+            response.error = pb.AuthorizationError
+            response.message = f"Role {self.auth.role!r} may not look up {request.topic}"
+            self._send(T(type=T.LOOKUP_RESPONSE, lookup_response=response))
+            return
+        try:
+            self.broker.ask(LookupCheck(request.topic), block=True)
+            listener = pick_listener(
+                listeners_of(self.settings.advertised_listeners),
+                request.advertised_listener_name or None,
+                self.settings.internal_listener_name,
+            )
+        except BrokerError as error:
+            response.response = pb.CommandLookupTopicResponse.Failed
+            response.error = error.code
+            response.message = error.message
+        except UnknownListener as error:
+            response.response = pb.CommandLookupTopicResponse.Failed
+            response.error = pb.ServiceNotReady
+            response.message = str(error)
+        else:
+            response.response = pb.CommandLookupTopicResponse.Connect
+            response.authoritative = True
+            if listener is None:
+                response.broker_service_url = self.advertised_url
+                if self.advertised_url_tls:  # set on TLS connections only
+                    response.broker_service_url_tls = self.advertised_url_tls
+            else:
+                if listener.service_url:
+                    response.broker_service_url = listener.service_url
+                if listener.service_url_tls:
+                    response.broker_service_url_tls = listener.service_url_tls
         self._send(T(type=T.LOOKUP_RESPONSE, lookup_response=response))
+
+    def _topics_of_namespace(self, command: pb.BaseCommand) -> None:
+        request = command.get_topics_of_namespace
+        response = pb.CommandGetTopicsOfNamespaceResponse(request_id=request.request_id)
+        names: list[str] = self.broker.ask(
+            TopicsOfNamespace(request.namespace, request.mode), block=True
+        )
+        pattern = request.topics_pattern
+        if (
+            pattern
+            and self.settings.enable_broker_side_subscription_pattern_evaluation
+            and len(pattern) <= self.settings.subscription_pattern_max_length
+        ):
+            try:
+                names = filter_by_pattern(names, pattern)
+                response.filtered = True
+            except re.error:
+                pass  # a Java-only regex: the client filters, as it does without a pattern
+        digest = topics_hash(names)
+        response.topics_hash = digest
+        if request.HasField("topics_hash") and request.topics_hash == digest:
+            response.changed = False
+        else:
+            response.topics.extend(names)
+        self._send(
+            T(type=T.GET_TOPICS_OF_NAMESPACE_RESPONSE, get_topics_of_namespace_response=response)
+        )
 
     def _error(self, request_id: int, code: pb.ServerError.ValueType, message: str) -> None:
         self._send(
@@ -289,8 +436,9 @@ class ConnectionActor(GeventActor):
     def _success(self, request_id: int) -> None:
         self._send(T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request_id)))
 
-    def _topic(self, name: str) -> Any:
-        return self.broker.ask(GetTopic(name))
+    def _topic(self, name: str) -> pykka.ActorRef[TopicActor]:
+        topic: pykka.ActorRef[TopicActor] = self.broker.ask(GetTopic(name), block=True)
+        return topic
 
     # Producers.
 
@@ -312,6 +460,13 @@ class ConnectionActor(GeventActor):
                 request.request_id, pb.InvalidTopicName, f"Invalid topic name {request.topic!r}"
             )
             return
+        if not self.auth.allowed("produce", request.topic):
+            self._error(
+                request.request_id,
+                pb.AuthorizationError,
+                f"Role {self.auth.role!r} may not produce on {request.topic}",
+            )
+            return
         if request.HasField("producer_access_mode") and request.producer_access_mode != 0:
             self._error(
                 request.request_id,
@@ -320,6 +475,12 @@ class ConnectionActor(GeventActor):
             )
             return
         name = request.producer_name or f"brokerlet-{next(_producer_names)}"
+        try:
+            topic_ref = self._topic(request.topic)
+        except BrokerError as error:
+            self._error(request.request_id, error.code, error.message)
+            return
+        # After the topic's existence rules, so a refused topic registers no schema.
         schema_version = None
         if self.schemas is not None:
             try:
@@ -327,9 +488,8 @@ class ConnectionActor(GeventActor):
             except SchemaError as error:
                 self._error(request.request_id, pb.IncompatibleSchema, str(error))
                 return
-        topic_ref = self._topic(request.topic)
         try:
-            topic_ref.ask(AddProducer(name, self.peer))
+            topic_ref.ask(AddProducer(name, self.peer, self.actor_ref), block=True)
         except BrokerError as error:
             self._error(request.request_id, error.code, error.message)
             return
@@ -350,17 +510,36 @@ class ConnectionActor(GeventActor):
         request = command.close_producer
         producer = self.producers.pop(request.producer_id, None)
         if producer is not None:
-            producer.topic_ref.tell(RemoveProducer(producer.name))
+            tell_quietly(producer.topic_ref, RemoveProducer(producer.name))
         self._success(request.request_id)
+
+    def _topic_closed(self, topic_ref: pykka.ActorRef[TopicActor]) -> None:
+        """The topic failed: close its producers, so their clients reconnect to its successor."""
+        for producer in [p for p in self.producers.values() if p.topic_ref is topic_ref]:
+            self._producer_closed_by_broker(producer)
+
+    def _producer_closed_by_broker(self, producer: _Producer) -> None:
+        if self.producers.get(producer.producer_id) is not producer:
+            return
+        del self.producers[producer.producer_id]
+        self._send(
+            T(
+                type=T.CLOSE_PRODUCER,
+                close_producer=pb.CommandCloseProducer(
+                    producer_id=producer.producer_id, request_id=NO_ID
+                ),
+            )
+        )
 
     def _sends(self, sends: list[tuple[pb.CommandSend, bytes]]) -> bool:
         """Append a chunk of SENDs, one message per run of the same producer."""
         producer: _Producer | None = None
         items: list[AppendItem] = []
+        max_size = self.settings.max_message_size
         for send, payload in sends:
             if producer is None or send.producer_id != producer.producer_id:
                 if producer is not None:
-                    producer.topic_ref.tell(Append(self.actor_ref, producer.producer_id, items))
+                    self._append(producer, items)
                     items = []
                 producer = self.producers.get(send.producer_id)
                 if producer is None:
@@ -380,19 +559,41 @@ class ConnectionActor(GeventActor):
                 else send.sequence_id
             )
             entry = None
-            if section.checksum_ok:
-                entry = NewEntry(section.entry, section.checksum, send.num_messages)
-            else:
+            refusal = None
+            if not section.checksum_ok:
                 log.warning(
                     "%s: checksum mismatch on SEND %d of producer %s",
                     self.peer,
                     send.sequence_id,
                     producer.name,
                 )
-            items.append(AppendItem(send.sequence_id, highest, entry))
+            elif len(section.entry) > max_size and not _is_chunk(section.entry):
+                # The frame limit leaves room for the command; the message itself may not.
+                refusal = (
+                    pb.NotAllowedError,
+                    f"Exceed maximum message size: {len(section.entry)} > {max_size} bytes",
+                )
+            else:
+                refusal = _metadata_refusal(section.entry)
+                if refusal is None:
+                    entry = NewEntry(section.entry, section.checksum, send.num_messages)
+            if refusal is not None:
+                self._refused.warn(
+                    "%s: refused SEND %d of producer %s: %s",
+                    self.peer,
+                    send.sequence_id,
+                    producer.name,
+                    refusal[1],
+                )
+            items.append(AppendItem(send.sequence_id, highest, entry, refusal))
         if producer is not None and items:
-            producer.topic_ref.tell(Append(self.actor_ref, producer.producer_id, items))
+            self._append(producer, items)
         return True
+
+    def _append(self, producer: _Producer, items: list[AppendItem]) -> None:
+        append = Append(self.actor_ref, producer.producer_id, items)
+        if not tell_quietly(producer.topic_ref, append):
+            self._producer_closed_by_broker(producer)  # its topic failed: reconnect
 
     def _appended(self, message: Appended) -> None:
         if message.producer_id not in self.producers:
@@ -428,7 +629,7 @@ class ConnectionActor(GeventActor):
 
     # Consumers.
 
-    def _dispatcher_of(self, consumer: Consumer) -> Any:
+    def _dispatcher_of(self, consumer: Consumer) -> pykka.ActorRef[DispatcherActor]:
         assert consumer.read_gate is not None
         return consumer.read_gate.actor_ref
 
@@ -445,23 +646,35 @@ class ConnectionActor(GeventActor):
         if not valid_topic_name(request.topic):
             self._error(request_id, pb.InvalidTopicName, f"Invalid topic name {request.topic!r}")
             return
+        if not self.auth.allowed("consume", request.topic):
+            self._error(
+                request_id,
+                pb.AuthorizationError,
+                f"Role {self.auth.role!r} may not consume from {request.topic}",
+            )
+            return
         durable = request.durable if request.HasField("durable") else True
         start = None
         if request.HasField("start_message_id"):
             start = (request.start_message_id.ledger_id, request.start_message_id.entry_id)
-        topic_ref = self._topic(request.topic)
+        try:
+            topic_ref = self._topic(request.topic)
+        except BrokerError as error:
+            self._error(request_id, error.code, error.message)
+            return
         if self.schemas is not None:
             try:
                 schema_wire.admit_consumer(
-                    self.schemas, request, lambda: topic_is_idle(topic_ref.ask(TopicStats()))
+                    self.schemas, request, lambda: topic_is_idle(stats_reader.of_topic(topic_ref))
                 )
             except SchemaError as error:
                 self._error(request_id, pb.IncompatibleSchema, str(error))
                 return
-        dispatcher = topic_ref.ask(
+        dispatcher: pykka.ActorRef[DispatcherActor] = topic_ref.ask(
             Subscribe(
                 request.subscription, request.sub_type, durable, request.initial_position, start
-            )
+            ),
+            block=True,
         )
         consumer = Consumer(
             consumer_id=request.consumer_id,
@@ -472,11 +685,11 @@ class ConnectionActor(GeventActor):
             priority=request.priority_level,
             connection=self.handle,
             key_shared=KeySharedMeta.from_command(request)
-            if request.sub_type == KEY_SHARED
+            if request.sub_type == pb.CommandSubscribe.Key_Shared
             else None,
         )
         try:
-            dispatcher.ask(AddConsumer(consumer))
+            dispatcher.ask(AddConsumer(consumer), block=True)
         except BrokerError as error:
             self._error(request_id, error.code, error.message)
             return
@@ -494,7 +707,9 @@ class ConnectionActor(GeventActor):
     def _consumer(self, consumer_id: int, what: str) -> Consumer | None:
         consumer = self.consumers.get(consumer_id)
         if consumer is None:
-            log.warning("%s sent %s for unknown consumer %d; ignored", self.peer, what, consumer_id)
+            self._unknown_consumer.warn(
+                "%s sent %s for unknown consumer %d; ignored", self.peer, what, consumer_id
+            )
         return consumer
 
     def _flow(self, command: pb.BaseCommand) -> None:
@@ -512,7 +727,7 @@ class ConnectionActor(GeventActor):
         positions = [(m.ledger_id, m.entry_id) for m in ack.message_id if not m.ack_set]
         if positions:
             cumulative = ack.ack_type == pb.CommandAck.Cumulative
-            self._dispatcher_of(consumer).tell(Ack(consumer, positions, cumulative))
+            tell_quietly(self._dispatcher_of(consumer), Ack(consumer, positions, cumulative))
 
     def _redeliver(self, command: pb.BaseCommand) -> None:
         request = command.redeliver_unacknowledged_messages
@@ -520,7 +735,7 @@ class ConnectionActor(GeventActor):
         if consumer is None:
             return
         positions = [(m.ledger_id, m.entry_id) for m in request.message_ids] or None
-        self._dispatcher_of(consumer).tell(Redeliver(consumer, positions))
+        tell_quietly(self._dispatcher_of(consumer), Redeliver(consumer, positions))
 
     def _close_consumer(self, command: pb.BaseCommand) -> None:
         request = command.close_consumer
@@ -553,7 +768,9 @@ class ConnectionActor(GeventActor):
 
     def _remove(self, consumer: Consumer, *, unsubscribe: bool) -> None:
         with contextlib.suppress(pykka.ActorDeadError):
-            self._dispatcher_of(consumer).ask(RemoveConsumer(consumer, unsubscribe=unsubscribe))
+            self._dispatcher_of(consumer).ask(
+                RemoveConsumer(consumer, unsubscribe=unsubscribe), block=True
+            )
 
     def _seek(self, command: pb.BaseCommand) -> None:
         request = command.seek
@@ -568,32 +785,38 @@ class ConnectionActor(GeventActor):
             )
             return
         target = (request.message_id.ledger_id, request.message_id.entry_id)
-        entry_id = self._topic(consumer.topic).ask(ResolvePosition(target))
-        for own in self._dispatcher_of(consumer).ask(Seek(entry_id, self.handle)):
-            self._closed_by_broker(own)
-        self._success(request.request_id)
+        entry_id: int = self._topic(consumer.topic).ask(ResolvePosition(target), block=True)
+        own_consumers: list[Consumer] = self._dispatcher_of(consumer).ask(
+            Seek(entry_id, self.handle), block=True
+        )
+        frames = [frame for own in own_consumers for frame in self._forget_closed(own)]
+        success = T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request.request_id))
+        frames.append(encode_command(success))
+        # After the MESSAGE frames of the closed consumers, then the answer.
+        self.handle.event_loop.tell(WriteAfterMessages(self.handle, frames))
 
     def _closed_by_broker(self, consumer: Consumer) -> None:
+        frames = self._forget_closed(consumer)
+        if frames:
+            # Through the event loop, so it follows the MESSAGE frames queued there for it.
+            self.handle.event_loop.tell(WriteAfterMessages(self.handle, frames))
+
+    def _forget_closed(self, consumer: Consumer) -> list[bytes]:
+        """Drop a consumer the broker closed; the CLOSE_CONSUMER frame to send, if it was ours."""
         if self.consumers.get(consumer.consumer_id) is not consumer:
-            return
+            return []
         del self.consumers[consumer.consumer_id]
         self._consumers_changed()
-        self._send(
-            T(
-                type=T.CLOSE_CONSUMER,
-                close_consumer=pb.CommandCloseConsumer(
-                    consumer_id=consumer.consumer_id, request_id=NO_ID
-                ),
-            )
-        )
+        close = pb.CommandCloseConsumer(consumer_id=consumer.consumer_id, request_id=NO_ID)
+        return [encode_command(T(type=T.CLOSE_CONSUMER, close_consumer=close))]
 
     def _get_last_message_id(self, command: pb.BaseCommand) -> None:
         request = command.get_last_message_id
         consumer = self._requested_consumer(request.consumer_id, request.request_id)
         if consumer is None:
             return
-        ledger_id, last = self._topic(consumer.topic).ask(GetLastEntry())
-        mark_delete = self._dispatcher_of(consumer).ask(GetMarkDelete())
+        ledger_id, last = self._topic(consumer.topic).ask(GetLastEntry(), block=True)
+        mark_delete: int = self._dispatcher_of(consumer).ask(GetMarkDelete(), block=True)
         response = pb.CommandGetLastMessageIdResponse(request_id=request.request_id)
         # An empty topic answers -1:-1, which the client reads as "nothing there".
         response.last_message_id.ledger_id = ledger_id if last >= 0 else NO_ID
@@ -625,12 +848,9 @@ class ConnectionActor(GeventActor):
                 error_message="This broker has no schema registry",
             )
         else:
-            # Imported here: the broker actor's module imports this one.
-            from brokerlet.actors.broker import GetTopicStats  # noqa: PLC0415
-
             # Pulsar answers only for a topic that exists; brokerlet's exist once used.
             exists = valid_topic_name(request.topic) and (
-                self.broker.ask(GetTopicStats(request.topic)) is not None
+                self.broker.ask(FindTopic(request.topic), block=True) is not None
             )
             response = schema_wire.answer_get_or_create_schema(self.schemas, request, exists)
         self._send(T(type=T.GET_OR_CREATE_SCHEMA_RESPONSE, get_or_create_schema_response=response))
@@ -643,6 +863,31 @@ def topic_is_idle(stats: dict[str, Any]) -> bool:
         and stats["lastEntryId"] < 0
         and not any(sub.get("consumers") for sub in stats["subscriptions"].values())
     )
+
+
+def _is_chunk(entry: bytes) -> bool:
+    """Whether ``entry`` is one chunk of a chunked message.
+
+    Clients cut chunks of max_message_size payload bytes, so a chunk's metadata takes it just
+    past the limit; Pulsar skips the message-size check for chunks
+    (AbstractTopic.isExceedMaximumMessageSize) and only the frame limit holds.
+    """
+    try:
+        return parse_metadata(entry).num_chunks_from_msg > 1
+    except ProtocolError:
+        return False
+
+
+def _metadata_refusal(entry: bytes) -> tuple[pb.ServerError.ValueType, str] | None:
+    """Why a SEND's entry must not be stored, or None: its metadata must decode.
+
+    Consumers and the Key_Shared dispatcher parse every stored entry, so an undecodable one
+    is refused before it is receipted, as Pulsar refuses a message it cannot parse.
+    """
+    problem = metadata_problem(entry)
+    if problem is None:
+        return None
+    return pb.NotAllowedError, f"Invalid message metadata: {problem}"
 
 
 class _ProtocolViolation(Exception):  # noqa: N818 - a signal, not an error to report

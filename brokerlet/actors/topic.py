@@ -10,122 +10,67 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import pykka
 
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.dispatcher import (
+from brokerlet.actors.dispatcher import DispatcherActor
+from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.messages import (
+    AddProducer,
+    Append,
+    AppendDone,
+    Appended,
     CancelRead,
-    DispatcherActor,
+    CloseClients,
+    CloseConsumers,
+    CursorState,
+    DispatcherFailed,
     EntriesRead,
-    GetStats,
+    GetCursorState,
+    GetLastEntry,
+    IsIdle,
     MarkDeleteMoved,
     ReadEntries,
     ReadIds,
+    Receipt,
+    RemoveProducer,
+    ResolvePosition,
+    Subscribe,
     SubscriptionClosed,
+    TopicClosedByBroker,
+    TopicFailed,
+    TopicStats,
+    TopicStatsPart,
+    UnexpectedMessage,
 )
-from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.ratelimit import DispatchRateLimiter
-from brokerlet.actors.stats import Rate
+from brokerlet.actors.supervision import (
+    QuietRef,
+    record_failure,
+    stop_quietly,
+    tell_quietly,
+)
 from brokerlet.config import Settings
+from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
+from brokerlet.dispatch.ratelimit import DispatchRateLimiter
+from brokerlet.dispatch.stats import Rate
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
-from brokerlet.storage.ledger import Entry, Ledger, NewEntry
+from brokerlet.storage.ledger import Entry, Ledger
 from brokerlet.transport.protocol import pb
 
-__all__ = [
-    "AddProducer",
-    "Append",
-    "Appended",
-    "Receipt",
-    "RemoveProducer",
-    "Subscribe",
-    "TopicActor",
-]
+if TYPE_CHECKING:
+    from brokerlet.actors.broker import BrokerActor
+
+__all__ = ["TopicActor"]
 
 log = logging.getLogger(__name__)
 
 # start_message_id values the official client uses for readers.
 EARLIEST_ID = 2**64 - 1
 LATEST_ID = 2**63 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class AppendItem:
-    sequence_id: int
-    highest_sequence_id: int
-    entry: NewEntry | None  # None: refused before storage (bad checksum)
-
-
-@dataclass(frozen=True, slots=True)
-class Append:
-    reply_to: Any
-    producer_id: int
-    items: list[AppendItem]
-
-
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    sequence_id: int
-    highest_sequence_id: int
-    ledger_id: int
-    entry_id: int  # -1 when refused; see ``error``
-    error: pb.ServerError.ValueType | None = None
-    message: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Appended:
-    producer_id: int
-    receipts: list[Receipt]
-
-
-@dataclass(frozen=True, slots=True)
-class AppendDone:
-    """A disk ledger's completion, brought back onto the topic actor."""
-
-    handle: Callable[[Any], None]
-    result: Any
-
-
-@dataclass(frozen=True, slots=True)
-class AddProducer:
-    name: str
-    peer: str
-
-
-@dataclass(frozen=True, slots=True)
-class RemoveProducer:
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Subscribe:
-    subscription: str
-    sub_type: int
-    durable: bool
-    initial_position: int  # pb.CommandSubscribe.Latest / Earliest
-    start_message_id: tuple[int, int] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GetLastEntry:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvePosition:
-    """Asked: the entry id a subscription should restart at for ``message_id``."""
-
-    message_id: tuple[int, int]
-
-
-@dataclass(frozen=True, slots=True)
-class TopicStats:
-    pass
 
 
 class TopicActor(GeventActor):
@@ -138,14 +83,22 @@ class TopicActor(GeventActor):
         settings: Settings,
         broker_limiter: DispatchRateLimiter | None = None,
         cursors: CursorStore | None = None,
+        *,
+        dispatch_options: DispatchOptions = DEFAULT_OPTIONS,
+        supervisor: pykka.ActorRef[BrokerActor] | None = None,  # told if this actor fails
+        restored: dict[str, CursorState] | None = None,  # cursors of a failed predecessor
     ) -> None:
         super().__init__()
+        self.supervisor = supervisor
+        self.restored = restored or {}
         self.name = name
+        self.dispatch_options = dispatch_options
         self.cursors = cursors  # durable subscriptions' acknowledgements, with a disk ledger
         self.saved: dict[str, tuple[int, list[int]]] = {}
         self.ledger = ledger
         self.settings = settings
         self.producers: dict[str, str] = {}  # name -> peer
+        self.producer_connections: dict[str, Any] = {}  # name -> connection actor
         self.subscriptions: dict[str, pykka.ActorRef[DispatcherActor]] = {}
         self.mark_deletes: dict[str, int] = {}
         self.waiting: dict[str, ReadEntries] = {}  # long polls at the end of the ledger
@@ -175,10 +128,14 @@ class TopicActor(GeventActor):
             GetLastEntry: lambda _: (self.ledger.ledger_id, self.ledger.last_entry_id),
             ResolvePosition: lambda m: self._start_of(m.message_id),
             TopicStats: lambda _: self.stats(),
+            DispatcherFailed: self._dispatcher_failed,
+            IsIdle: lambda _: not (self.producers or self.subscriptions or self.waiting),
+            CloseClients: self._close_clients,
         }
 
     def on_start(self) -> None:
         if self.cursors is None:
+            self._restore()
             return
         # Durable subscriptions stored before a restart: they hold back retention from the
         # start, and their cursors are restored when a consumer comes back.
@@ -187,9 +144,19 @@ class TopicActor(GeventActor):
             if state is not None:
                 self.saved[subscription] = state
                 self.mark_deletes[subscription] = state[0]
+        self._restore()
+
+    def _restore(self) -> None:
+        # A failed predecessor's cursors are newer than any stored copy.
+        for subscription, state in self.restored.items():
+            self.saved[subscription] = state
+            self.mark_deletes[subscription] = state[0]
 
     def on_receive(self, message: Any) -> Any:
-        return self._handlers[type(message)](message)
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            raise UnexpectedMessage(self, message)
+        return handler(message)
 
     def _on_actor(self, handle: Callable[[Any], None]) -> Callable[[Any], None]:
         """A storage callback that runs ``handle`` on this actor.
@@ -203,7 +170,7 @@ class TopicActor(GeventActor):
             if gevent.getcurrent() is greenlet:
                 handle(result)
             else:
-                self.actor_ref.tell(AppendDone(handle, result))
+                tell_quietly(self.actor_ref, AppendDone(handle, result))  # it may have failed
 
         return callback
 
@@ -213,6 +180,26 @@ class TopicActor(GeventActor):
             with contextlib.suppress(pykka.ActorDeadError):
                 dispatcher.stop(block=True, timeout=5)
         self.ledger.close()
+
+    def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
+        """Hand the cursors to the broker and have every client reconnect to a fresh actor.
+
+        The ledger stays open: the replacement reuses it (supervision.py).
+        """
+        record_failure("topic")
+        cursors: dict[str, CursorState] = dict(self.saved)
+        for subscription, dispatcher in list(self.subscriptions.items()):
+            try:
+                state: CursorState = dispatcher.ask(GetCursorState(), block=True, timeout=1)
+                cursors[subscription] = state
+            except Exception:  # dead or stuck: the stored cursor is what is left
+                log.warning("%s: no cursor from subscription %r", self.name, subscription)
+            stop_quietly(dispatcher)  # it closes its consumers as it stops
+        for connection in {id(c): c for c in self.producer_connections.values()}.values():
+            if connection is not None:
+                tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+        if self.supervisor is not None:
+            tell_quietly(self.supervisor, TopicFailed(self.name, self.actor_ref, cursors))
 
     # Producing.
 
@@ -226,7 +213,7 @@ class TopicActor(GeventActor):
             next_id = result if isinstance(result, int) else -1
             for item in items:
                 if item.entry is None:
-                    error = (pb.ChecksumError, "Checksum verification failed")
+                    error = item.refusal or (pb.ChecksumError, "Checksum verification failed")
                 elif isinstance(result, BaseException):
                     error = (pb.PersistenceError, f"Append failed: {result}")
                 else:
@@ -238,7 +225,8 @@ class TopicActor(GeventActor):
                 receipts.append(
                     Receipt(item.sequence_id, item.highest_sequence_id, ledger_id, -1, *error)
                 )
-            message.reply_to.tell(Appended(message.producer_id, receipts))
+            # The producer's connection may be gone (a reset mid-append): not our failure.
+            tell_quietly(message.reply_to, Appended(message.producer_id, receipts))
             if isinstance(result, int):
                 self.msg_in += sum(e.num_messages for e in new)
                 self.bytes_in += sum(len(e.data) for e in new)
@@ -255,9 +243,25 @@ class TopicActor(GeventActor):
                 pb.ProducerBusy, f"Producer with name {message.name!r} is already connected"
             )
         self.producers[message.name] = message.peer
+        self.producer_connections[message.name] = message.connection
 
     def _remove_producer(self, message: RemoveProducer) -> None:
         self.producers.pop(message.name, None)
+        self.producer_connections.pop(message.name, None)
+
+    def _close_clients(self, message: CloseClients) -> int:
+        count = len(self.producers)
+        for dispatcher in list(self.subscriptions.values()):
+            with contextlib.suppress(pykka.ActorDeadError):
+                attached: int = dispatcher.ask(CloseConsumers(message.close), block=True)
+                count += attached
+        if message.close:
+            for connection in {id(c): c for c in self.producer_connections.values()}.values():
+                if connection is not None:
+                    tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+            self.producers.clear()
+            self.producer_connections.clear()
+        return count
 
     # Subscriptions.
 
@@ -276,7 +280,7 @@ class TopicActor(GeventActor):
             cursor = Cursor.restore(*saved)
             start = cursor.mark_delete + 1
         dispatcher = DispatcherActor.start(
-            topic=self.actor_ref,
+            topic=QuietRef(self.actor_ref),
             topic_name=self.name,
             ledger_id=self.ledger.ledger_id,
             name=message.subscription,
@@ -287,6 +291,8 @@ class TopicActor(GeventActor):
             settings=self.settings,
             rate_limiters=self.rate_limiters,
             cursor_store=self.cursors if message.durable else None,
+            options=self.dispatch_options,
+            last_entry_id=lambda: self.ledger.last_entry_id,
         )
         self.subscriptions[message.subscription] = dispatcher
         self.mark_deletes[message.subscription] = cursor.mark_delete
@@ -317,6 +323,18 @@ class TopicActor(GeventActor):
             dispatcher.stop(block=False)
             self._trim()
 
+    def _dispatcher_failed(self, message: DispatcherFailed) -> None:
+        if self.subscriptions.get(message.subscription) is not message.dispatcher:
+            return
+        del self.subscriptions[message.subscription]
+        self.waiting.pop(message.subscription, None)
+        if message.cursor is not None:
+            # Resumed from here by the next SUBSCRIBE; retention keeps holding its backlog.
+            self.saved[message.subscription] = message.cursor
+        else:
+            self.mark_deletes.pop(message.subscription, None)
+            self._trim()
+
     def _mark_delete_moved(self, message: MarkDeleteMoved) -> None:
         if message.subscription in self.mark_deletes:
             self.mark_deletes[message.subscription] = message.mark_delete
@@ -339,7 +357,7 @@ class TopicActor(GeventActor):
 
     def _read_now(self, message: ReadEntries) -> None:
         def done(result: list[Entry] | BaseException) -> None:
-            message.reply_to.tell(EntriesRead(message.read_id, result, replay=False))
+            tell_quietly(message.reply_to, EntriesRead(message.read_id, result, replay=False))
 
         self.ledger.read(message.start, message.max_entries, message.max_bytes, done)
 
@@ -354,7 +372,7 @@ class TopicActor(GeventActor):
 
     def _read_ids(self, message: ReadIds) -> None:
         def done(result: list[Entry] | BaseException) -> None:
-            message.reply_to.tell(EntriesRead(message.read_id, result, replay=True))
+            tell_quietly(message.reply_to, EntriesRead(message.read_id, result, replay=True))
 
         self.ledger.read_ids(message.entry_ids, done)
 
@@ -365,30 +383,22 @@ class TopicActor(GeventActor):
 
     # Observability.
 
-    def stats(self) -> dict[str, Any]:
-        last = self.ledger.last_entry_id
-        subscriptions = {}
-        for name, ref in list(self.subscriptions.items()):
-            try:
-                sub: dict[str, Any] = ref.ask(GetStats(), block=True, timeout=5)
-            except pykka.ActorDeadError:
-                continue
-            mark_delete = self.mark_deletes.get(name, last)
-            sub["msgBacklog"] = max(0, last - mark_delete - sub.pop("individuallyAcked", 0))
-            subscriptions[name] = sub
-        subs = subscriptions.values()
-        return {
+    def stats(self) -> TopicStatsPart:
+        """The topic's own stats and its subscriptions' dispatchers, at once: the caller asks
+        the dispatchers, so a stats request never holds this actor (and its appends) up."""
+        own = {
             "msgRateIn": self._rate_in.sample(self.msg_in),
             "msgThroughputIn": self._throughput_in.sample(self.bytes_in),
-            "msgRateOut": sum(s["msgRateOut"] for s in subs),
-            "msgThroughputOut": sum(s["msgThroughputOut"] for s in subs),
             "msgInCounter": self.msg_in,
             "bytesInCounter": self.bytes_in,
-            "msgOutCounter": sum(s["msgOutCounter"] for s in subs),
-            "bytesOutCounter": sum(s["bytesOutCounter"] for s in subs),
             "storageSize": getattr(self.ledger, "size_bytes", 0),
             "ledgerId": self.ledger.ledger_id,
-            "lastEntryId": last,
+            "lastEntryId": self.ledger.last_entry_id,
             "publishers": [{"producerName": n, "address": p} for n, p in self.producers.items()],
-            "subscriptions": subscriptions,
         }
+        last = self.ledger.last_entry_id
+        subscriptions = {
+            name: (ref, self.mark_deletes.get(name, last))
+            for name, ref in self.subscriptions.items()
+        }
+        return TopicStatsPart(own, last, subscriptions)

@@ -41,7 +41,7 @@ class Settings:
     )
     advertised_url: str = setting(
         "", "Service URL given to clients in lookups; empty means pulsar://<host>:<bound port>.",
-        url_scheme="pulsar://",
+        url_scheme=("pulsar://", "pulsar+ssl://"),
     )
     web_service_port: int = setting(
         8080, "HTTP port of the web service; 0 picks a free port.",
@@ -162,11 +162,11 @@ class Settings:
         alias="subscriptionKeySharedConsistentHashingReplicaPoints", minimum=1,
     )
     key_shared_look_ahead_msg_in_replay_threshold_per_consumer: int = setting(
-        2000, "Replay backlog per consumer that pauses Key_Shared normal reads; 0 = no cap.",
+        4000, "Replay backlog per consumer that pauses Key_Shared normal reads; 0 = no cap.",
         alias="keySharedLookAheadMsgInReplayThresholdPerConsumer", minimum=0,
     )
     key_shared_look_ahead_msg_in_replay_threshold_per_subscription: int = setting(
-        20000, "Replay backlog per subscription that pauses Key_Shared normal reads; 0 = no cap.",
+        40000, "Replay backlog per subscription that pauses Key_Shared normal reads; 0 = no cap.",
         alias="keySharedLookAheadMsgInReplayThresholdPerSubscription", minimum=0,
     )
     key_shared_unblocking_interval_ms: int = setting(
@@ -205,6 +205,155 @@ class Settings:
         "INFO", "Lowest level of log records emitted.",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
     )
+
+    # Security (issue 17): TLS listeners, authentication, authorization. Pulsar leaves the
+    # TLS ports unset; -1 means "no TLS listener" here (0 picks a free port, as elsewhere).
+    broker_service_port_tls: int = setting(
+        -1, "Pulsar protocol TLS (pulsar+ssl) port; -1 means none, 0 picks a free port.",
+        alias="brokerServicePortTls", minimum=-1, maximum=65535,
+    )
+    web_service_port_tls: int = setting(
+        -1, "HTTPS port of the web service; -1 means none, 0 picks a free port.",
+        alias="webServicePortTls", minimum=-1, maximum=65535,
+    )
+    advertised_url_tls: str = setting(
+        "", "TLS service URL given in lookups; empty means pulsar+ssl://<host>:<bound TLS port>.",
+        alias="brokerServiceUrlTls", url_scheme="pulsar+ssl://",
+    )
+    tls_certificate_file_path: str = setting(
+        "", "PEM certificate (chain) of the TLS listeners.", alias="tlsCertificateFilePath"
+    )
+    tls_key_file_path: str = setting(
+        "", "PEM private key of the TLS listeners.", alias="tlsKeyFilePath"
+    )
+    tls_trust_certs_file_path: str = setting(
+        "", "PEM CA certificates that client certificates are checked against.",
+        alias="tlsTrustCertsFilePath",
+    )
+    tls_require_trusted_client_cert_on_connect: bool = setting(
+        False, "Refuse TLS clients without a certificate signed by a trusted CA.",
+        alias="tlsRequireTrustedClientCertOnConnect",
+    )
+    tls_allow_insecure_connection: bool = setting(
+        False, "Do not ask TLS clients for a certificate at all (TLS authentication is off).",
+        alias="tlsAllowInsecureConnection",
+    )
+    tls_protocols: str = setting(
+        "", "Comma-separated TLS versions allowed (TLSv1.2,TLSv1.3); empty: the default set.",
+        alias="tlsProtocols",
+    )
+    tls_ciphers: str = setting(
+        "", "Comma-separated OpenSSL cipher names for TLS 1.2; empty: the default set.",
+        alias="tlsCiphers",
+    )
+    tls_handshake_timeout_seconds: float = setting(
+        5.0, "Seconds a TLS handshake may take before the connection is closed.",
+        minimum=0.1,
+    )
+    authentication_enabled: bool = setting(
+        False, "Authenticate clients with the configured providers.",
+        alias="authenticationEnabled",
+    )
+    authentication_providers: str = setting(
+        "", "Comma-separated provider class names (AuthenticationProviderToken, ...Tls, "
+        "...Basic).", alias="authenticationProviders",
+    )
+    authentication_refresh_check_seconds: int = setting(
+        60, "How often live connections are checked for expired credentials.",
+        alias="authenticationRefreshCheckSeconds", minimum=1,
+    )
+    anonymous_user_role: str = setting(
+        "", "Role of clients that give no credentials; empty refuses them.",
+        alias="anonymousUserRole",
+    )
+    authorization_enabled: bool = setting(
+        False, "Check roles against tenant admins and namespace permissions.",
+        alias="authorizationEnabled",
+    )
+    super_user_roles: str = setting(
+        "", "Comma-separated roles that may do everything.", alias="superUserRoles"
+    )
+    token_secret_key: str = setting(
+        "", "HMAC key of the token provider: data:;base64,..., file:///..., a path or base64.",
+        alias="tokenSecretKey", secret=True,
+    )
+    token_public_key: str = setting(
+        "", "Public key of the token provider (RSA or EC), given like token_secret_key.",
+        alias="tokenPublicKey",
+    )
+    token_public_alg: str = setting(
+        "RS256", "Signature algorithm of tokens checked with token_public_key.",
+        alias="tokenPublicAlg",
+        choices=("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"),
+    )
+    token_auth_claim: str = setting(
+        "sub", "Token claim that holds the role.", alias="tokenAuthClaim", non_empty=True
+    )
+    token_audience_claim: str = setting(
+        "aud", "Token claim checked against token_audience.", alias="tokenAudienceClaim"
+    )
+    token_audience: str = setting(
+        "", "Audience tokens must name; empty checks none.", alias="tokenAudience"
+    )
+    basic_auth_conf: str = setting(
+        "", "htpasswd users of the Basic provider: data:, file:, a path or base64.",
+        alias="basicAuthConf", secret=True,
+    )
+
+    # Limits on what peers may hold (issue 10: bad peers must not break topics).
+    # Pulsar's defaults are 0 (no limit); brokerlet's are bounded, see README "Bad input".
+    broker_max_connections: int = setting(
+        4096, "Most open client connections; more are closed at once. 0 = no limit.",
+        alias="brokerMaxConnections", minimum=0,
+    )
+    broker_max_connections_per_ip: int = setting(
+        1024, "Most open client connections from one IP address; 0 = no limit.",
+        alias="brokerMaxConnectionsPerIp", minimum=0,
+    )
+    inactive_topic_close_interval_seconds: int = setting(
+        60, "Seconds between checks that close (never delete) disk topics with no producer "
+        "and no subscription; 0 = never.",
+        alias="brokerDeleteInactiveTopicsFrequencySeconds", minimum=0,
+    )
+
+    # Metadata, namespaces, partitioned topics and lookups (issue 12).
+    cluster_name: str = setting(
+        "standalone", "Name of the one cluster this broker forms (GET /admin/v2/clusters).",
+        alias="clusterName", non_empty=True,
+    )
+    allow_auto_topic_creation: bool = setting(
+        True, "Create a missing topic when a client uses it (namespaces may override).",
+        alias="allowAutoTopicCreation",
+    )
+    allow_auto_topic_creation_type: str = setting(
+        "non-partitioned", "Type of an auto-created topic.",
+        alias="allowAutoTopicCreationType", choices=("non-partitioned", "partitioned"),
+    )
+    default_num_partitions: int = setting(
+        1, "Partitions of an auto-created partitioned topic.",
+        alias="defaultNumPartitions", minimum=1,
+    )
+    max_num_partitions_per_partitioned_topic: int = setting(
+        0, "Most partitions a partitioned topic may have; 0 means no limit.",
+        alias="maxNumPartitionsPerPartitionedTopic", minimum=0,
+    )
+    advertised_listeners: str = setting(
+        "", "Named listeners for lookups: name:pulsar://host:port[,name:pulsar+ssl://...].",
+        alias="advertisedListeners",
+    )
+    internal_listener_name: str = setting(
+        "", "Listener answered to lookups that name none; empty means the first listener.",
+        alias="internalListenerName",
+    )
+    enable_broker_side_subscription_pattern_evaluation: bool = setting(
+        True, "Filter GET_TOPICS_OF_NAMESPACE answers by the client's regex pattern.",
+        alias="enableBrokerSideSubscriptionPatternEvaluation",
+    )
+    subscription_pattern_max_length: int = setting(
+        50, "Longest pattern evaluated broker-side; longer ones are not filtered.",
+        alias="subscriptionPatternMaxLength", minimum=0,
+    )
+
     # Schema registry (issue 18).
     schema_compatibility_strategy: str = setting(
         "FULL", "Broker-wide schema compatibility strategy (a namespace policy overrides it).",

@@ -17,7 +17,12 @@ from brokerlet.schema.record import (
     encode_version,
 )
 from brokerlet.schema.registry import SchemaRegistry, schema_id
-from brokerlet.schema.storage import MemorySchemaStorage, SchemaStorage, SqliteSchemaStorage
+from brokerlet.schema.storage import (
+    MemorySchemaStorage,
+    SchemaStorage,
+    SqlDatabase,
+    TableSchemaStorage,
+)
 from brokerlet.schema.types import (
     SchemaType,
     Strategy,
@@ -39,9 +44,10 @@ __all__ = [
     "SchemaRegistry",
     "SchemaStorage",
     "SchemaType",
-    "SqliteSchemaStorage",
+    "SqlDatabase",
     "StoredSchema",
     "Strategy",
+    "TableSchemaStorage",
     "UnknownSchemaTypeError",
     "decode_version",
     "encode_version",

@@ -4,7 +4,8 @@ Pulsar resolves, for each topic: the namespace's ``schema_compatibility_strategy
 UNDEFINED, else its deprecated ``schema_auto_update_compatibility_strategy``, else the broker's
 ``schemaCompatibilityStrategy``; ``is_allow_auto_update_schema`` and
 ``schema_validation_enforced`` likewise fall back to ``isAllowAutoUpdateSchemaEnabled`` and
-``isSchemaValidationEnforced``. :func:`schema_policies` is that one rule; the metadata store
+``isSchemaValidationEnforced`` (enforcement holds if either the namespace or the broker asks
+for it). :func:`schema_policies` is that one rule; the metadata store
 (namespaces) feeds it a namespace's policies document, or None where it has none.
 """
 
@@ -20,6 +21,12 @@ __all__ = ["NamespacePolicies", "SchemaPolicies", "namespace_of", "schema_polici
 
 NamespacePolicies = Callable[[str], Mapping[str, object] | None]
 """``"tenant/namespace"`` -> that namespace's policies document (Pulsar's Policies JSON)."""
+
+
+_LEGACY_DEFAULT = "Full"
+"""Pulsar's Policies default of ``schema_auto_update_compatibility_strategy``: every namespace
+document holds it, so only another value counts as set (else no broker setting would ever
+apply; Pulsar's topics stopped reading the legacy field for the same reason)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +73,11 @@ def schema_policies(
         )
         if isinstance(own, str) and parse_strategy(own) is not Strategy.UNDEFINED:
             strategy = parse_strategy(own)
-        elif isinstance(legacy, str) and legacy in AutoUpdateStrategy.__members__:
+        elif (
+            isinstance(legacy, str)
+            and legacy != _LEGACY_DEFAULT
+            and legacy in AutoUpdateStrategy.__members__
+        ):
             strategy = AutoUpdateStrategy[legacy].value
         auto = _first(namespace_policies, "is_allow_auto_update_schema", "isAllowAutoUpdateSchema")
         if isinstance(auto, bool):
@@ -74,8 +85,8 @@ def schema_policies(
         validation = _first(
             namespace_policies, "schema_validation_enforced", "schemaValidationEnforced"
         )
-        if isinstance(validation, bool):
-            enforced = validation
+        if validation is True:  # the document's default False leaves the broker's setting
+            enforced = True
     return SchemaPolicies(strategy, allow_auto_update, enforced)
 
 

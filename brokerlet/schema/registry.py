@@ -13,6 +13,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 
 from brokerlet.config import Settings
 from brokerlet.schema import compat
@@ -78,6 +79,9 @@ class SchemaRegistry:
         namespace_policies: a namespace's policies document (None where it has none), for
             the metadata store to supply; without it the broker settings apply everywhere.
         clock: seconds since the epoch, for registration timestamps.
+        lock: what serialises changes; a plain thread lock by default. A storage whose
+            writes yield (the metadata store waits for its commit on the hub's thread pool)
+            needs a lock that yields too, or a second greenlet would block the hub thread.
     """
 
     def __init__(
@@ -87,14 +91,15 @@ class SchemaRegistry:
         *,
         namespace_policies: NamespacePolicies | None = None,
         clock: Callable[[], float] = time.time,
+        lock: AbstractContextManager[object] | None = None,
     ) -> None:
         self.settings = settings
         self.storage: SchemaStorage = storage if storage is not None else MemorySchemaStorage()
         self.namespace_policies = namespace_policies
         self._clock = clock
-        # Never held across a yield (nothing inside cooperates with gevent), so greenlets of
-        # one hub and other threads exclude each other alike.
-        self._lock = threading.Lock()
+        # The default is held across no yield with the memory storage, so greenlets of one
+        # hub and other threads exclude each other alike.
+        self._lock: AbstractContextManager[object] = lock if lock is not None else threading.Lock()
 
     # Policies.
 

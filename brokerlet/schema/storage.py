@@ -2,9 +2,9 @@
 
 A storage keeps, per schema id (``tenant/namespace/topic``), the records in version order,
 deletion markers included; it applies no rule of its own. :class:`MemorySchemaStorage` is for
-an embedded broker that stores nothing; :class:`SqliteSchemaStorage` keeps them in one table
-of a SQLite database, which may be the metadata store's own (pass its connection) or a file
-of its own in the data directory.
+an embedded broker that stores nothing; :class:`TableSchemaStorage` keeps them in one table
+of the metadata store's SQLite database (so a disk broker's schemas survive a restart with
+its tenants, namespaces and topics).
 """
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from pathlib import Path
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 from brokerlet.schema.record import SchemaRecord, StoredSchema
 from brokerlet.schema.types import SchemaType
 
-__all__ = ["MemorySchemaStorage", "SchemaStorage", "SqliteSchemaStorage"]
+__all__ = ["MemorySchemaStorage", "SchemaStorage", "SqlDatabase", "TableSchemaStorage"]
+
+T = TypeVar("T")
 
 
 class SchemaStorage(Protocol):
@@ -75,95 +77,79 @@ class MemorySchemaStorage:
         pass
 
 
-_CREATE = """
-CREATE TABLE IF NOT EXISTS schema_versions (
-    schema_id    TEXT    NOT NULL,
-    version      INTEGER NOT NULL,
-    type         INTEGER NOT NULL,
-    data         BLOB    NOT NULL,
-    properties   TEXT    NOT NULL,
-    timestamp_ms INTEGER NOT NULL,
-    deleted      INTEGER NOT NULL,
-    PRIMARY KEY (schema_id, version)
-)
-"""
+class SqlDatabase(Protocol):
+    """A SQLite database that runs callables on its connection: the metadata store
+    (:class:`brokerlet.metadata.MetadataStore`) is one. ``write`` runs its callable as one
+    transaction (and may wait for the commit cooperatively)."""
+
+    def read(self, query: Callable[[sqlite3.Connection], T]) -> T: ...
+
+    def write(self, change: Callable[[sqlite3.Connection], T]) -> T: ...
 
 
-class SqliteSchemaStorage:
-    """Versions in the ``schema_versions`` table of a SQLite database.
+class TableSchemaStorage:
+    """Versions in the ``schema_versions`` table of a :class:`SqlDatabase` (the metadata
+    store's migration 2 creates it), with every row also kept in memory: admission reads
+    the history of a topic on each PRODUCER, and a read then costs no SQL.
 
-    Args:
-        database: a path (the file is created, with its directory) or an open
-            ``sqlite3.Connection`` to share, e.g. the metadata store's. A shared connection
-            must have been opened with ``check_same_thread=False`` if other threads use it;
-            it is not closed by :meth:`close`.
+    The in-memory copy changes only after the database's transaction committed, so a
+    failed write leaves both as they were. Callers serialise writes (the registry's lock).
     """
 
-    def __init__(self, database: str | Path | sqlite3.Connection) -> None:
+    def __init__(self, database: SqlDatabase) -> None:
+        self._database = database
         self._lock = threading.Lock()
-        if isinstance(database, sqlite3.Connection):
-            self._connection = database
-            self._owned = False
-        else:
-            path = Path(database)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._connection = sqlite3.connect(path, check_same_thread=False)
-            self._connection.execute("PRAGMA journal_mode=WAL")
-            self._owned = True
-        with self._lock, self._connection:
-            self._connection.execute(_CREATE)
+        rows = database.read(
+            lambda connection: connection.execute(
+                "SELECT schema_id, version, type, data, properties, timestamp_ms, deleted "
+                "FROM schema_versions ORDER BY schema_id, version"
+            ).fetchall()
+        )
+        self._versions: dict[str, list[StoredSchema]] = {}
+        for schema_id, version, kind, data, properties, timestamp, deleted in rows:
+            record = SchemaRecord(
+                SchemaType(kind), bytes(data), json.loads(properties), timestamp, bool(deleted)
+            )
+            self._versions.setdefault(schema_id, []).append(StoredSchema(version, record))
 
     def versions(self, schema_id: str) -> list[StoredSchema]:
         with self._lock:
-            rows = self._connection.execute(
-                "SELECT version, type, data, properties, timestamp_ms, deleted "
-                "FROM schema_versions WHERE schema_id = ? ORDER BY version",
-                (schema_id,),
-            ).fetchall()
-        return [
-            StoredSchema(
-                version,
-                SchemaRecord(
-                    SchemaType(kind), bytes(data), json.loads(properties), timestamp, bool(deleted)
-                ),
-            )
-            for version, kind, data, properties, timestamp, deleted in rows
-        ]
+            return list(self._versions.get(schema_id, ()))
 
     def put(self, schema_id: str, record: SchemaRecord) -> int:
-        with self._lock, self._connection:
-            (last,) = self._connection.execute(
-                "SELECT MAX(version) FROM schema_versions WHERE schema_id = ?", (schema_id,)
-            ).fetchone()
-            version = 0 if last is None else int(last) + 1
-            self._connection.execute(
-                "INSERT INTO schema_versions VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    schema_id,
-                    version,
-                    int(record.type),
-                    record.data,
-                    json.dumps(dict(record.properties), sort_keys=True),
-                    record.timestamp_ms,
-                    int(record.deleted),
-                ),
+        with self._lock:
+            stored = self._versions.get(schema_id, [])
+            version = stored[-1].version + 1 if stored else 0
+        row = (
+            schema_id,
+            version,
+            int(record.type),
+            record.data,
+            json.dumps(dict(record.properties), sort_keys=True),
+            record.timestamp_ms,
+            int(record.deleted),
+        )
+        self._database.write(
+            lambda connection: connection.execute(
+                "INSERT INTO schema_versions VALUES (?, ?, ?, ?, ?, ?, ?)", row
             )
+        )
+        with self._lock:
+            self._versions.setdefault(schema_id, []).append(StoredSchema(version, record))
         return version
 
     def delete(self, schema_id: str) -> None:
-        with self._lock, self._connection:
-            self._connection.execute(
+        self._database.write(
+            lambda connection: connection.execute(
                 "DELETE FROM schema_versions WHERE schema_id = ?", (schema_id,)
             )
+        )
+        with self._lock:
+            self._versions.pop(schema_id, None)
 
     def schema_ids(self) -> list[str]:
         with self._lock:
-            rows = self._connection.execute(
-                "SELECT DISTINCT schema_id FROM schema_versions ORDER BY schema_id"
-            ).fetchall()
-        return [row[0] for row in rows]
+            return sorted(self._versions)
 
     def close(self) -> None:
-        if self._owned:
-            with self._lock:
-                self._connection.close()
+        pass  # the database is its owner's to close

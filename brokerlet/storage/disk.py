@@ -32,7 +32,7 @@ CPU per row against about 0.4 µs for framing a record, and CPU is what an appen
 with the broker. Retention is also cheaper: a trimmed segment is one unlink, where SQLite would
 need DELETEs and a VACUUM to give space back.
 
-What the ledger itself costs (``bench/storage_bench.py``, one core, 4 producers with 1,000
+What the ledger itself costs (``bench/micro/storage.py``, one core, 4 producers with 1,000
 appends in flight, GC off, median of 3 rounds; memory = `MemoryLedger` in the same run)::
 
     entries per append    1                               10
@@ -459,6 +459,40 @@ class DiskStorage:
             del self._opening[name]
         result.set((ledger, ledger.cursors))
         return ledger, ledger.cursors
+
+    def delete_topic(self, name: str, timeout: float = 30.0) -> bool:
+        """Remove a topic's files once its ledger is closed; False when it had none.
+
+        The directory is first renamed to ``<id>.new``, which start-up removes, so a crash
+        part-way leaves no half-deleted topic behind. Call from a greenlet, after the
+        topic's actor has stopped (its ledger closes as it stops).
+        """
+        ledger = self._open.get(name)
+        if ledger is not None and not ledger.closed:
+            ledger.close()
+        closing = self._closing.get(name)
+        if closing is not None and not closing.wait(timeout):
+            raise StorageError(f"topic {name!r}: files not closed within {timeout} s")
+
+        def remove() -> bool:
+            with self._create_lock:
+                known = self._known.pop(name, None)
+            if known is None:
+                return False
+            directory = known[1]
+            doomed = directory + ".new"
+            os.replace(directory, doomed)
+            self._ops.sync_dir(self._topics_dir)
+            shutil.rmtree(doomed, ignore_errors=True)
+            return True
+
+        try:
+            removed: bool = self._hub.threadpool.apply(remove)
+        except OSError as error:
+            raise StorageError(f"topic {name!r}: cannot delete: {_describe(error)}") from error
+        if removed:
+            log.info("deleted storage of topic %r", name)
+        return removed
 
     def flush(self, timeout: float = 30.0) -> None:
         """Write every topic's pending cursors and wait until everything submitted so far is

@@ -3,8 +3,11 @@
 Each accepted connection gets a :class:`~brokerlet.transport.channel.Channel` for its outbound
 bytes and a connection actor for its protocol state; the greenlet that accepted it becomes its
 reader: it receives, decodes, and sends one message per received chunk of frames. The reader
-also keeps the connection alive: after ``keep_alive_interval_seconds`` of silence it sends a
-PING, and after a second silent interval it closes the connection.
+also keeps the connection alive: after ``keep_alive_interval_seconds`` without a complete
+frame it sends a PING, and after a second such interval it closes the connection. Only whole
+frames count, so a peer trickling bytes, or holding an unfinished frame, is closed as a
+silent one would be; a peer that sends no CONNECT within the first interval is closed too.
+``broker_max_connections`` and ``broker_max_connections_per_ip`` bound how many are open.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import contextlib
 import itertools
 import logging
 import socket as stdlib_socket
+import ssl
 import time
+from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import gevent
 import pykka
@@ -24,14 +28,18 @@ from gevent.server import StreamServer
 
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import TIME_SLICE
-from brokerlet.actors.connection import ConnectionActor, ConnectionLost, Received
-from brokerlet.actors.consumer import ConnectionHandle
-from brokerlet.actors.eventloop import WritabilityChanged
+from brokerlet.actors.broker import BrokerActor
+from brokerlet.actors.connection import ConnectionActor
+from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.actors.messages import ConnectionLost, Received, WritabilityChanged
 from brokerlet.config import Settings
+from brokerlet.dispatch.consumer import ConnectionHandle
 from brokerlet.schema import SchemaRegistry
+from brokerlet.security.service import Security
 from brokerlet.transport.channel import Channel
 from brokerlet.transport.protocol import FrameDecoder, ProtocolError, encode_command, pb
 from brokerlet.transport.sockopts import configure_socket
+from brokerlet.transport.tls import TlsHandshakeFailed, peer_certificate, wrap_server_socket
 
 __all__ = ["FRAME_PADDING", "Server"]
 
@@ -48,15 +56,25 @@ _PING = encode_command(pb.BaseCommand(type=pb.BaseCommand.PING, ping=pb.CommandP
 
 
 class Server:
-    """Accepts Pulsar connections on ``settings.host``/``settings.port``."""
+    """Accepts Pulsar connections on ``settings.host``/``settings.port``.
+
+    With ``tls_context`` it is the ``pulsar+ssl`` listener instead, on
+    ``settings.broker_service_port_tls``: each connection's TLS handshake must finish within
+    ``tls_handshake_timeout_seconds``, and its lookups answer ``advertised_url_tls`` too.
+    ``limits_shared_with`` makes the connection caps count both listeners together.
+    """
 
     def __init__(
         self,
         settings: Settings,
         *,
-        broker: Any,
-        event_loops: list[Any],
+        broker: pykka.ActorRef[BrokerActor],
+        event_loops: list[pykka.ActorRef[EventLoopActor]],
         advertised_url: Callable[[], str],
+        tls_context: ssl.SSLContext | None = None,
+        advertised_url_tls: Callable[[], str] | None = None,
+        security: Security | None = None,
+        limits_shared_with: Server | None = None,
         schemas: SchemaRegistry | None = None,
     ) -> None:
         self.settings = settings
@@ -64,9 +82,17 @@ class Server:
         self.broker = broker
         self.event_loops = event_loops
         self._advertised_url = advertised_url
+        self._tls_context = tls_context
+        self._advertised_url_tls = advertised_url_tls
+        self._security = security
         self._next_loop = itertools.cycle(range(len(event_loops)))
         self._connections: set[socket.socket] = set()
-        self._actors: set[Any] = set()
+        self._per_ip: Counter[str] = Counter()
+        if limits_shared_with is not None:
+            # One broker, one budget: the TLS listener counts against the same caps.
+            self._connections = limits_shared_with._connections
+            self._per_ip = limits_shared_with._per_ip
+        self._actors: set[pykka.ActorRef[ConnectionActor]] = set()
         self._server: StreamServer | None = None
 
     @property
@@ -83,7 +109,10 @@ class Server:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.settings.so_rcvbuf)
         if self.settings.so_sndbuf:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.settings.so_sndbuf)
-        listener.bind((self.settings.host, self.settings.port))
+        port = self.settings.port
+        if self._tls_context is not None:
+            port = self.settings.broker_service_port_tls
+        listener.bind((self.settings.host, port))
         listener.listen(self.settings.connection_backlog)
         self._server = StreamServer(listener, self._handle)
         self._server.start()
@@ -103,7 +132,33 @@ class Server:
     def connection_count(self) -> int:
         return len(self._connections)
 
+    def _refused(self, ip: str) -> str | None:
+        """Why a new connection from ``ip`` is refused, or None (Pulsar's connection caps)."""
+        settings = self.settings
+        limit = settings.broker_max_connections
+        if limit and len(self._connections) >= limit:
+            return f"brokerMaxConnections ({limit}) reached"
+        limit = settings.broker_max_connections_per_ip
+        if limit and self._per_ip[ip] >= limit:
+            return f"brokerMaxConnectionsPerIp ({limit}) reached for {ip}"
+        return None
+
     def _handle(self, sock: socket.socket, address: tuple[str, int]) -> None:
+        ip = address[0]
+        refused = self._refused(ip)
+        if refused is not None:
+            log.warning("refusing connection from %s:%s: %s", ip, address[1], refused)
+            sock.close()
+            return
+        self._per_ip[ip] += 1
+        try:
+            self._serve(sock, address)
+        finally:
+            self._per_ip[ip] -= 1
+            if not self._per_ip[ip]:
+                del self._per_ip[ip]
+
+    def _serve(self, sock: socket.socket, address: tuple[str, int]) -> None:
         peer = f"{address[0]}:{address[1]}"
         settings = self.settings
         configure_socket(
@@ -113,6 +168,19 @@ class Server:
             sndbuf=settings.so_sndbuf,
             rcvbuf=settings.so_rcvbuf,
         )
+        peer_cert = None
+        advertised_tls = ""
+        if self._tls_context is not None:
+            try:
+                sock = wrap_server_socket(
+                    self._tls_context, sock, settings.tls_handshake_timeout_seconds
+                )
+            except TlsHandshakeFailed as error:
+                log.warning("closing connection from %s: TLS handshake failed: %s", peer, error)
+                _shutdown(sock)
+                return
+            peer_cert = peer_certificate(sock)
+            advertised_tls = self._advertised_url_tls() if self._advertised_url_tls else ""
         event_loop = self.event_loops[next(self._next_loop)]
         handle = ConnectionHandle(peer=peer, channel=None, event_loop=event_loop)  # type: ignore[arg-type]
         handle.writable_notice = ConflatedTell(event_loop, WritabilityChanged(handle))
@@ -136,6 +204,9 @@ class Server:
             settings=settings,
             advertised_url=self._advertised_url(),
             close_socket=close_socket,
+            advertised_url_tls=advertised_tls,
+            security=self._security,
+            peer_cert=peer_cert,
             schemas=self.schemas,
         )
         handle.actor = actor
@@ -155,12 +226,18 @@ class Server:
             self._actors.discard(actor)
 
     def _read_loop(
-        self, sock: socket.socket, actor: Any, channel: Channel, peer: str
+        self,
+        sock: socket.socket,
+        actor: pykka.ActorRef[ConnectionActor],
+        channel: Channel,
+        peer: str,
     ) -> str | None:
         """Receive until the connection ends; returns why it ended."""
         decoder = FrameDecoder(self.settings.max_message_size + FRAME_PADDING)
         interval = self.settings.keep_alive_interval_seconds or None
         sock.settimeout(interval)
+        deadline = time.monotonic() + interval if interval else 0.0
+        connected = False
         pinged = False
         recv = sock.recv
         tell = actor.tell
@@ -169,27 +246,50 @@ class Server:
             try:
                 data = recv(RECV_BYTES)
             except TimeoutError:
-                if pinged:
-                    return f"no response to keep-alive within {interval} s"
-                channel.write(_PING)
-                pinged = True
-                continue
+                data = None
             except OSError as error:
                 return f"socket error: {error}"
-            if not data:
+            if data is not None:
+                if not data:
+                    try:
+                        decoder.eof()
+                    except ProtocolError as error:
+                        return f"closed by peer mid-frame: {error.reason}"
+                    return None
                 try:
-                    decoder.eof()
+                    frames = decoder.feed(data)
                 except ProtocolError as error:
-                    return f"closed by peer mid-frame: {error.reason}"
-                return None
-            pinged = False
-            try:
-                frames = decoder.feed(data)
-            except ProtocolError as error:
-                log.warning("closing connection from %s: %s", peer, error.reason)
-                return f"protocol error: {error.reason}"
-            if frames:
-                tell(Received(frames))
+                    reason = error.reason
+                    if data.startswith(b"\x16\x03") and self._tls_context is None:
+                        reason += " (a TLS handshake on the plain port: use the pulsar+ssl:// port)"
+                    log.warning("closing connection from %s: %s", peer, reason)
+                    return f"protocol error: {reason}"
+                if frames:
+                    if not connected:
+                        connected = frames[0].command.type == pb.BaseCommand.CONNECT
+                    try:
+                        tell(Received(frames))
+                    except pykka.ActorDeadError:
+                        return "connection actor failed"  # it closes the socket itself
+                    if interval:
+                        pinged = False
+                        deadline = time.monotonic() + interval
+            if interval:
+                # Keep-alive counts complete frames: bytes of an unfinished one do not reset it.
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if not connected:
+                        log.warning(
+                            "closing connection from %s: no CONNECT within %d s", peer, interval
+                        )
+                        return f"no CONNECT within {interval} s"
+                    if pinged:
+                        return f"no response to keep-alive within {interval} s"
+                    channel.write(_PING)
+                    pinged = True
+                    deadline = time.monotonic() + interval
+                    left = interval
+                sock.settimeout(left)
             now = time.perf_counter()
             if now >= slice_ends:
                 # recv() returns at once while data is waiting: take turns with the others.

@@ -1,8 +1,36 @@
-"""Route modules of the admin REST API; each exposes ``routes() -> list[Route]``."""
+"""The admin API's route modules; :func:`all_routes` is what the app mounts.
 
-from brokerlet.admin.routes import schemas
+Each area has a module here exposing ``routes() -> list[Route]`` (see
+:mod:`brokerlet.admin.rest`); add yours to ``MODULES``.
+"""
 
-MODULES = (schemas,)
-"""The modules the admin application mounts."""
+from __future__ import annotations
 
-__all__ = ["MODULES", "schemas"]
+import functools
+
+from brokerlet.admin.rest import Route
+from brokerlet.admin.routes import (
+    brokers,
+    clusters,
+    lookup,
+    namespaces,
+    schemas,
+    stats,
+    tenants,
+    topics,
+)
+
+__all__ = ["MODULES", "all_routes"]
+
+MODULES = (stats, brokers, clusters, tenants, namespaces, topics, lookup, schemas)
+
+
+@functools.cache
+def _mounted() -> tuple[Route, ...]:
+    return tuple(route for module in MODULES for route in module.routes())
+
+
+def all_routes() -> list[Route]:
+    """Every route of every module, in mounting order (the same objects on every call, so
+    the app's compiled URL map is built once per process)."""
+    return list(_mounted())

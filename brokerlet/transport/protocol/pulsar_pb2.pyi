@@ -570,6 +570,82 @@ class CommandConnect(_message.Message):
 Global___CommandConnect: _TypeAlias = CommandConnect  # noqa: Y015
 
 @_typing.final
+class AuthData(_message.Message):
+    """Credentials, and their refresh through AUTH_CHALLENGE / AUTH_RESPONSE."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AUTH_METHOD_NAME_FIELD_NUMBER: _builtins.int
+    AUTH_DATA_FIELD_NUMBER: _builtins.int
+    auth_method_name: _builtins.str
+    auth_data: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        auth_method_name: _builtins.str | None = ...,
+        auth_data: _builtins.bytes | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["auth_data", b"auth_data", "auth_method_name", b"auth_method_name"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth_data", b"auth_data", "auth_method_name", b"auth_method_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuthData: _TypeAlias = AuthData  # noqa: Y015
+
+@_typing.final
+class CommandAuthResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLIENT_VERSION_FIELD_NUMBER: _builtins.int
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
+    client_version: _builtins.str
+    protocol_version: _builtins.int
+    @_builtins.property
+    def response(self) -> Global___AuthData: ...
+    def __init__(
+        self,
+        *,
+        client_version: _builtins.str | None = ...,
+        response: Global___AuthData | None = ...,
+        protocol_version: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["client_version", b"client_version", "protocol_version", b"protocol_version", "response", b"response"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_version", b"client_version", "protocol_version", b"protocol_version", "response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandAuthResponse: _TypeAlias = CommandAuthResponse  # noqa: Y015
+
+@_typing.final
+class CommandAuthChallenge(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SERVER_VERSION_FIELD_NUMBER: _builtins.int
+    CHALLENGE_FIELD_NUMBER: _builtins.int
+    PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
+    server_version: _builtins.str
+    protocol_version: _builtins.int
+    @_builtins.property
+    def challenge(self) -> Global___AuthData: ...
+    def __init__(
+        self,
+        *,
+        server_version: _builtins.str | None = ...,
+        challenge: Global___AuthData | None = ...,
+        protocol_version: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["challenge", b"challenge", "protocol_version", b"protocol_version", "server_version", b"server_version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["challenge", b"challenge", "protocol_version", b"protocol_version", "server_version", b"server_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandAuthChallenge: _TypeAlias = CommandAuthChallenge  # noqa: Y015
+
+@_typing.final
 class CommandConnected(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1441,6 +1517,86 @@ class CommandActiveConsumerChange(_message.Message):
 Global___CommandActiveConsumerChange: _TypeAlias = CommandActiveConsumerChange  # noqa: Y015
 
 @_typing.final
+class CommandGetTopicsOfNamespace(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Mode:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _ModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[CommandGetTopicsOfNamespace._Mode.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        PERSISTENT: CommandGetTopicsOfNamespace._Mode.ValueType  # 0
+        NON_PERSISTENT: CommandGetTopicsOfNamespace._Mode.ValueType  # 1
+        ALL: CommandGetTopicsOfNamespace._Mode.ValueType  # 2
+
+    class Mode(_Mode, metaclass=_ModeEnumTypeWrapper): ...
+    PERSISTENT: CommandGetTopicsOfNamespace.Mode.ValueType  # 0
+    NON_PERSISTENT: CommandGetTopicsOfNamespace.Mode.ValueType  # 1
+    ALL: CommandGetTopicsOfNamespace.Mode.ValueType  # 2
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    TOPICS_PATTERN_FIELD_NUMBER: _builtins.int
+    TOPICS_HASH_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    namespace: _builtins.str
+    mode: Global___CommandGetTopicsOfNamespace.Mode.ValueType
+    topics_pattern: _builtins.str
+    topics_hash: _builtins.str
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int | None = ...,
+        namespace: _builtins.str | None = ...,
+        mode: Global___CommandGetTopicsOfNamespace.Mode.ValueType | None = ...,
+        topics_pattern: _builtins.str | None = ...,
+        topics_hash: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "namespace", b"namespace", "request_id", b"request_id", "topics_hash", b"topics_hash", "topics_pattern", b"topics_pattern"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "namespace", b"namespace", "request_id", b"request_id", "topics_hash", b"topics_hash", "topics_pattern", b"topics_pattern"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandGetTopicsOfNamespace: _TypeAlias = CommandGetTopicsOfNamespace  # noqa: Y015
+
+@_typing.final
+class CommandGetTopicsOfNamespaceResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    FILTERED_FIELD_NUMBER: _builtins.int
+    TOPICS_HASH_FIELD_NUMBER: _builtins.int
+    CHANGED_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    filtered: _builtins.bool
+    """true when the broker applied topics_pattern; false: the client filters."""
+    topics_hash: _builtins.str
+    changed: _builtins.bool
+    """false (with no topics) when topics_hash matched the client's."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int | None = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        filtered: _builtins.bool | None = ...,
+        topics_hash: _builtins.str | None = ...,
+        changed: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed", "filtered", b"filtered", "request_id", b"request_id", "topics_hash", b"topics_hash"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed", "filtered", b"filtered", "request_id", b"request_id", "topics", b"topics", "topics_hash", b"topics_hash"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandGetTopicsOfNamespaceResponse: _TypeAlias = CommandGetTopicsOfNamespaceResponse  # noqa: Y015
+
+@_typing.final
 class CommandSuccess(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1761,8 +1917,12 @@ class BaseCommand(_message.Message):
     GET_LAST_MESSAGE_ID_FIELD_NUMBER: _builtins.int
     GET_LAST_MESSAGE_ID_RESPONSE_FIELD_NUMBER: _builtins.int
     ACTIVE_CONSUMER_CHANGE_FIELD_NUMBER: _builtins.int
+    GET_TOPICS_OF_NAMESPACE_FIELD_NUMBER: _builtins.int
+    GET_TOPICS_OF_NAMESPACE_RESPONSE_FIELD_NUMBER: _builtins.int
     GET_SCHEMA_FIELD_NUMBER: _builtins.int
     GET_SCHEMA_RESPONSE_FIELD_NUMBER: _builtins.int
+    AUTH_CHALLENGE_FIELD_NUMBER: _builtins.int
+    AUTH_RESPONSE_FIELD_NUMBER: _builtins.int
     GET_OR_CREATE_SCHEMA_FIELD_NUMBER: _builtins.int
     GET_OR_CREATE_SCHEMA_RESPONSE_FIELD_NUMBER: _builtins.int
     type: Global___BaseCommand.Type.ValueType
@@ -1821,9 +1981,17 @@ class BaseCommand(_message.Message):
     @_builtins.property
     def active_consumer_change(self) -> Global___CommandActiveConsumerChange: ...
     @_builtins.property
+    def get_topics_of_namespace(self) -> Global___CommandGetTopicsOfNamespace: ...
+    @_builtins.property
+    def get_topics_of_namespace_response(self) -> Global___CommandGetTopicsOfNamespaceResponse: ...
+    @_builtins.property
     def get_schema(self) -> Global___CommandGetSchema: ...
     @_builtins.property
     def get_schema_response(self) -> Global___CommandGetSchemaResponse: ...
+    @_builtins.property
+    def auth_challenge(self) -> Global___CommandAuthChallenge: ...
+    @_builtins.property
+    def auth_response(self) -> Global___CommandAuthResponse: ...
     @_builtins.property
     def get_or_create_schema(self) -> Global___CommandGetOrCreateSchema: ...
     @_builtins.property
@@ -1859,14 +2027,18 @@ class BaseCommand(_message.Message):
         get_last_message_id: Global___CommandGetLastMessageId | None = ...,
         get_last_message_id_response: Global___CommandGetLastMessageIdResponse | None = ...,
         active_consumer_change: Global___CommandActiveConsumerChange | None = ...,
+        get_topics_of_namespace: Global___CommandGetTopicsOfNamespace | None = ...,
+        get_topics_of_namespace_response: Global___CommandGetTopicsOfNamespaceResponse | None = ...,
         get_schema: Global___CommandGetSchema | None = ...,
         get_schema_response: Global___CommandGetSchemaResponse | None = ...,
+        auth_challenge: Global___CommandAuthChallenge | None = ...,
+        auth_response: Global___CommandAuthResponse | None = ...,
         get_or_create_schema: Global___CommandGetOrCreateSchema | None = ...,
         get_or_create_schema_response: Global___CommandGetOrCreateSchemaResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "get_or_create_schema", b"get_or_create_schema", "get_or_create_schema_response", b"get_or_create_schema_response", "get_schema", b"get_schema", "get_schema_response", b"get_schema_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "auth_challenge", b"auth_challenge", "auth_response", b"auth_response", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "get_or_create_schema", b"get_or_create_schema", "get_or_create_schema_response", b"get_or_create_schema_response", "get_schema", b"get_schema", "get_schema_response", b"get_schema_response", "get_topics_of_namespace", b"get_topics_of_namespace", "get_topics_of_namespace_response", b"get_topics_of_namespace_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "get_or_create_schema", b"get_or_create_schema", "get_or_create_schema_response", b"get_or_create_schema_response", "get_schema", b"get_schema", "get_schema_response", b"get_schema_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "auth_challenge", b"auth_challenge", "auth_response", b"auth_response", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "get_or_create_schema", b"get_or_create_schema", "get_or_create_schema_response", b"get_or_create_schema_response", "get_schema", b"get_schema", "get_schema_response", b"get_schema_response", "get_topics_of_namespace", b"get_topics_of_namespace", "get_topics_of_namespace_response", b"get_topics_of_namespace_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
