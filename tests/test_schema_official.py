@@ -369,6 +369,15 @@ def test_admin_upload_read_and_delete(broker: Broker) -> None:
     assert requests.put(f"{base}/schema", json=v1, timeout=10).status_code == 405
 
 
+def test_admin_refuses_a_bytes_upload_as_pulsar_does(broker: Broker) -> None:
+    # SchemasResourceBase.postSchemaAsync: 406, BYTES is the default schema type.
+    base = f"{broker.web_service_url}/admin/v2/schemas/public/default/bytes-{next(_numbers)}"
+    answer = requests.post(f"{base}/schema", json={"type": "BYTES", "schema": ""}, timeout=10)
+    assert answer.status_code == 406
+    assert "BYTES" in answer.json()["reason"]
+    assert requests.get(f"{base}/schema", timeout=10).status_code == 404
+
+
 def test_admin_key_value_schemas_use_pulsars_json_form(broker: Broker) -> None:
     base = f"{broker.web_service_url}/admin/v2/schemas/public/default/kv-{next(_numbers)}"
     document = {"key": "", "value": UserV1.schema()}

@@ -39,14 +39,17 @@ _BASE = "/admin/v2/schemas/<seg:tenant>/<seg:namespace>/<seg:topic>"
 
 
 def routes() -> list[Route]:
+    # Auth as SchemasResourceBase: reads are TopicOperation.GET_METADATA (a lookup: produce
+    # or consume), an upload is PRODUCE, deleting and the compatibility check need the
+    # tenant's admin.
     return [
-        Route(f"{_BASE}/schema", ("GET",), _get_latest, auth="consume"),
-        Route(f"{_BASE}/schema/<seg:version>", ("GET",), _get_version, auth="consume"),
-        Route(f"{_BASE}/schemas", ("GET",), _get_all, auth="consume"),
+        Route(f"{_BASE}/schema", ("GET",), _get_latest, auth="lookup"),
+        Route(f"{_BASE}/schema/<seg:version>", ("GET",), _get_version, auth="lookup"),
+        Route(f"{_BASE}/schemas", ("GET",), _get_all, auth="lookup"),
         Route(f"{_BASE}/schema", ("POST",), _post, auth="produce"),
         Route(f"{_BASE}/schema", ("DELETE",), _delete, auth="tenant"),
-        Route(f"{_BASE}/compatibility", ("POST",), _compatibility, auth="produce"),
-        Route(f"{_BASE}/version", ("POST",), _version, auth="produce"),
+        Route(f"{_BASE}/compatibility", ("POST",), _compatibility, auth="tenant"),
+        Route(f"{_BASE}/version", ("POST",), _version, auth="lookup"),
     ]
 
 
@@ -128,6 +131,8 @@ def _payload(request: AdminRequest) -> SchemaRecord:
 
 def _post(request: AdminRequest, tenant: str, namespace: str, topic: str) -> object:
     record = _payload(request)
+    if record.type is SchemaType.BYTES:
+        raise RestError(406, "Do not upload a BYTES schema, because it's the default schema type")
     try:
         version = _registry(request).put_if_absent(_topic(tenant, namespace, topic), record)
     except IncompatibleSchemaError as error:
