@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import ssl
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from passlib.hash import apr_md5_crypt, des_crypt
 
 from brokerlet.config import Settings, SettingsError
 from brokerlet.security._keys import read_key_value
@@ -204,6 +205,20 @@ def _not_after(cert: PeerCert) -> float | None:
     return float(ssl.cert_time_to_seconds(text)) if isinstance(text, str) else None
 
 
+@functools.cache
+def _hashes() -> tuple[Any, Any]:
+    """passlib's MD5-crypt and DES-crypt, imported on first use.
+
+    passlib imports the standard library's ``crypt``, deprecated since Python 3.11: importing
+    it at module level would warn in every program that imports brokerlet (and fail test
+    suites run with ``-W error``), although only a broker with Basic authentication needs it.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from passlib.hash import apr_md5_crypt, des_crypt  # noqa: PLC0415 - see above
+    return apr_md5_crypt, des_crypt
+
+
 class BasicProvider:
     """``AuthenticationProviderBasic``: ``user:password`` against an htpasswd file.
 
@@ -254,6 +269,7 @@ class BasicProvider:
 
 
 def _password_matches(password: str, hashed: str) -> bool:
+    apr_md5_crypt, des_crypt = _hashes()
     try:
         if hashed.startswith("$apr1"):
             return bool(apr_md5_crypt.verify(password, hashed))
