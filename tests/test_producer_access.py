@@ -277,11 +277,8 @@ def test_missing_topics_are_not_created_when_asked_not_to(broker: Broker) -> Non
         client.close()
 
 
-@pytest.mark.xfail(
-    reason="needs Schema.type tolerant of newer values in pulsar.proto (issue 18's branch)",
-    strict=False,
-)
 def test_an_unknown_schema_type_is_refused_clearly_not_dropped(broker: Broker) -> None:
+    # With issue 18's tolerant Schema.type: AutoConsume (21) is refused, the connection kept.
     request = pb.CommandProducer(
         topic="persistent://public/default/schema-kind", producer_id=1, request_id=7
     )
@@ -295,4 +292,6 @@ def test_an_unknown_schema_type_is_refused_clearly_not_dropped(broker: Broker) -
         raw.handshake()
         raw.send_raw(struct.pack(">II", len(blob) + 4, len(blob)) + blob)
         answer = raw.recv_frame(5).command
-        assert answer.type in (T.ERROR, T.PRODUCER_SUCCESS)
+        assert answer.type == T.ERROR, answer
+        assert (answer.error.request_id, answer.error.error) == (7, pb.IncompatibleSchema)
+        raw.ping()  # the connection stays up

@@ -26,6 +26,7 @@ import gevent
 import pykka
 
 from brokerlet import __version__
+from brokerlet.actors import stats_reader
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.messages import (
@@ -37,6 +38,7 @@ from brokerlet.actors.messages import (
     AppendItem,
     ConnectionLost,
     ConsumerClosedByBroker,
+    FindTopic,
     GetLastEntry,
     GetMarkDelete,
     GetTopic,
@@ -73,6 +75,8 @@ from brokerlet.producers.messages import (
     ProducerReady,
     ProducerRefused,
 )
+from brokerlet.schema import SchemaError, SchemaRegistry
+from brokerlet.schema import wire as schema_wire
 from brokerlet.security.session import CheckCredentials, ConnectionAuth
 from brokerlet.storage.ledger import NewEntry
 from brokerlet.transport.protocol import (
@@ -129,6 +133,7 @@ class _Producer:
     topic_ref: pykka.ActorRef[TopicActor]
     request_id: int = -1  # of its PRODUCER: a WaitForExclusive producer's second answer
     fenced: bool = False  # its SENDs are answered with ProducerFenced by its topic
+    schema_version: bytes | None = None
 
 
 _PRODUCER_NEWS = (ProducerReady, ProducerFenced, ProducerRefused)
@@ -148,6 +153,7 @@ class ConnectionActor(GeventActor):
         advertised_url_tls: str = "",
         security: Any = None,
         peer_cert: dict[str, Any] | None = None,
+        schemas: SchemaRegistry | None = None,
     ) -> None:
         super().__init__()
         self.handle = handle
@@ -157,6 +163,7 @@ class ConnectionActor(GeventActor):
         self.settings = settings
         self.advertised_url = advertised_url
         self._close_socket = close_socket
+        self.schemas = schemas
         self.advertised_url_tls = advertised_url_tls  # set only on TLS connections
         self.auth = ConnectionAuth(
             security,
@@ -193,6 +200,8 @@ class ConnectionActor(GeventActor):
             T.SEEK: self._seek,
             T.AUTH_RESPONSE: lambda command: self.auth.auth_response(command.auth_response),
             T.GET_TOPICS_OF_NAMESPACE: self._topics_of_namespace,
+            T.GET_SCHEMA: self._get_schema,
+            T.GET_OR_CREATE_SCHEMA: self._get_or_create_schema,
         }
 
     # Actor plumbing.
@@ -469,7 +478,7 @@ class ConnectionActor(GeventActor):
             existing = None
         if existing is not None:
             if existing.topic == request.topic:
-                self._producer_success(request.request_id, existing.name)
+                self._producer_success(request.request_id, existing.name, existing.schema_version)
             else:
                 self._error(
                     request.request_id,
@@ -501,16 +510,34 @@ class ConnectionActor(GeventActor):
         )
         try:
             topic_ref = self._topic(request.topic)
+        except BrokerError as error:
+            self._error(request.request_id, error.code, error.message)
+            return
+        # After the topic's existence rules, so a refused topic registers no schema.
+        schema_version = None
+        if self.schemas is not None:
+            try:
+                schema_version = schema_wire.admit_producer(self.schemas, request)
+            except SchemaError as error:
+                self._error(request.request_id, pb.IncompatibleSchema, str(error))
+                return
+        try:
             admitted: ProducerAdmitted = topic_ref.ask(add, block=True)
         except BrokerError as error:
             self._error(request.request_id, error.code, error.message)
             return
         self.producers[request.producer_id] = _Producer(
-            request.producer_id, name, request.topic, topic_ref, request.request_id
+            request.producer_id,
+            name,
+            request.topic,
+            topic_ref,
+            request_id=request.request_id,
+            schema_version=schema_version,
         )
         self._producer_success(
             request.request_id,
             name,
+            schema_version,
             admitted.last_sequence_id,
             admitted.topic_epoch,
             ready=admitted.ready,
@@ -520,6 +547,7 @@ class ConnectionActor(GeventActor):
         self,
         request_id: int,
         name: str,
+        schema_version: bytes | None = None,
         last_sequence_id: int = -1,
         topic_epoch: int | None = None,
         *,
@@ -528,6 +556,8 @@ class ConnectionActor(GeventActor):
         success = pb.CommandProducerSuccess(
             request_id=request_id, producer_name=name, last_sequence_id=last_sequence_id
         )
+        if schema_version is not None:
+            success.schema_version = schema_version
         if topic_epoch is not None:
             success.topic_epoch = topic_epoch
         if not ready:
@@ -547,6 +577,7 @@ class ConnectionActor(GeventActor):
             self._producer_success(
                 producer.request_id,
                 producer.name,
+                producer.schema_version,
                 message.last_sequence_id,
                 message.topic_epoch,
             )
@@ -718,6 +749,18 @@ class ConnectionActor(GeventActor):
         create = request.force_topic_creation if request.HasField("force_topic_creation") else True
         try:
             topic_ref = self._topic(request.topic, create=create)
+        except BrokerError as error:
+            self._error(request_id, error.code, error.message)
+            return
+        if self.schemas is not None:
+            try:
+                schema_wire.admit_consumer(
+                    self.schemas, request, lambda: topic_is_idle(stats_reader.of_topic(topic_ref))
+                )
+            except SchemaError as error:
+                self._error(request_id, pb.IncompatibleSchema, str(error))
+                return
+        try:
             dispatcher: pykka.ActorRef[DispatcherActor] = topic_ref.ask(
                 Subscribe(
                     request.subscription,
@@ -879,6 +922,45 @@ class ConnectionActor(GeventActor):
         response.consumer_mark_delete_position.ledger_id = ledger_id
         response.consumer_mark_delete_position.entry_id = mark_delete if mark_delete >= 0 else NO_ID
         self._send(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, get_last_message_id_response=response))
+
+    # Schemas.
+
+    def _get_schema(self, command: pb.BaseCommand) -> None:
+        request = command.get_schema
+        if self.schemas is None:
+            response = pb.CommandGetSchemaResponse(
+                request_id=request.request_id,
+                error_code=pb.NotAllowedError,
+                error_message="This broker has no schema registry",
+            )
+        else:
+            response = schema_wire.answer_get_schema(self.schemas, request)
+        self._send(T(type=T.GET_SCHEMA_RESPONSE, get_schema_response=response))
+
+    def _get_or_create_schema(self, command: pb.BaseCommand) -> None:
+        request = command.get_or_create_schema
+        if self.schemas is None:
+            response = pb.CommandGetOrCreateSchemaResponse(
+                request_id=request.request_id,
+                error_code=pb.NotAllowedError,
+                error_message="This broker has no schema registry",
+            )
+        else:
+            # Pulsar answers only for a topic that exists; brokerlet's exist once used.
+            exists = valid_topic_name(request.topic) and (
+                self.broker.ask(FindTopic(request.topic), block=True) is not None
+            )
+            response = schema_wire.answer_get_or_create_schema(self.schemas, request, exists)
+        self._send(T(type=T.GET_OR_CREATE_SCHEMA_RESPONSE, get_or_create_schema_response=response))
+
+
+def topic_is_idle(stats: dict[str, Any]) -> bool:
+    """No producers, no consumers and no data: a consumer's schema may be registered."""
+    return (
+        not stats["publishers"]
+        and stats["lastEntryId"] < 0
+        and not any(sub.get("consumers") for sub in stats["subscriptions"].values())
+    )
 
 
 def _is_chunk(entry: bytes) -> bool:
