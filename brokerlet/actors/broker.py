@@ -14,6 +14,8 @@ from brokerlet.actors.ratelimit import DispatchRateLimiter
 from brokerlet.actors.topic import TopicActor, TopicStats
 from brokerlet.config import Settings
 from brokerlet.storage import CursorStore, DiskStorage, Ledger, MemoryLedger
+from brokerlet.topicops import broker_side as topic_ops
+from brokerlet.topicops.nonpersistent import is_non_persistent
 
 __all__ = ["BrokerActor", "GetAllStats", "GetTopic", "GetTopicStats"]
 
@@ -52,6 +54,8 @@ class BrokerActor(GeventActor):
             return None if topic is None else topic.ask(TopicStats())
         if isinstance(message, GetAllStats):
             return {name: ref.ask(TopicStats()) for name, ref in self.topics.items()}
+        if isinstance(message, topic_ops.BROKER_MESSAGES):
+            return topic_ops.handle(self, message)
         raise TypeError(f"unexpected message {message!r}")
 
     def on_stop(self) -> None:
@@ -63,7 +67,7 @@ class BrokerActor(GeventActor):
         if topic is None:
             ledger: Ledger
             cursors: CursorStore | None = None
-            if self.storage is not None:
+            if self.storage is not None and not is_non_persistent(name):
                 ledger, cursors = self.storage.open_topic(name)
             else:
                 ledger = MemoryLedger(next(self._ledger_ids))

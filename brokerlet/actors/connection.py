@@ -50,6 +50,8 @@ from brokerlet.actors.topic import (
 )
 from brokerlet.config import Settings
 from brokerlet.storage.ledger import NewEntry
+from brokerlet.topicops.messages import EndOfTopicReached, ProducerClosedByBroker
+from brokerlet.topicops.wire import reached_end_of_topic
 from brokerlet.transport.protocol import (
     PROTOCOL_VERSION,
     Frame,
@@ -68,6 +70,7 @@ log = logging.getLogger(__name__)
 T = pb.BaseCommand
 _TOPIC_NAME = re.compile(r"^(persistent|non-persistent)://[^/\s]+/[^/\s]+/[^/\s]+$")
 _producer_names = itertools.count()
+REACHED_END_OF_TOPIC_VERSION = 9  # ProtocolVersion.v9 added REACHED_END_OF_TOPIC
 NO_ID = 2**64 - 1
 """-1 as an unsigned 64-bit id: "no entry" in message ids and request ids."""
 
@@ -156,6 +159,10 @@ class ConnectionActor(GeventActor):
             self._lost(message.reason)
         elif kind is ConsumerClosedByBroker:
             self._closed_by_broker(message.consumer)
+        elif kind is ProducerClosedByBroker:
+            self._producer_closed_by_broker(message)
+        elif kind is EndOfTopicReached:
+            self._end_of_topic(message.consumer)
 
     def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
         # A bug of ours, not the peer's: drop the connection rather than serve it half-broken.
@@ -179,7 +186,8 @@ class ConnectionActor(GeventActor):
         self.handle.closed = True
         self.handle.consumers = ()
         for consumer in self.consumers.values():
-            self._dispatcher_of(consumer).tell(RemoveConsumer(consumer))
+            with contextlib.suppress(pykka.ActorDeadError):  # deleted by the admin API
+                self._dispatcher_of(consumer).tell(RemoveConsumer(consumer))
         self.consumers.clear()
         for producer in self.producers.values():
             producer.topic_ref.tell(RemoveProducer(producer.name))
@@ -314,7 +322,7 @@ class ConnectionActor(GeventActor):
         name = request.producer_name or f"brokerlet-{next(_producer_names)}"
         topic_ref = self._topic(request.topic)
         try:
-            topic_ref.ask(AddProducer(name, self.peer))
+            topic_ref.ask(AddProducer(name, self.peer, self.actor_ref, request.producer_id))
         except BrokerError as error:
             self._error(request.request_id, error.code, error.message)
             return
@@ -491,7 +499,8 @@ class ConnectionActor(GeventActor):
         positions = [(m.ledger_id, m.entry_id) for m in ack.message_id if not m.ack_set]
         if positions:
             cumulative = ack.ack_type == pb.CommandAck.Cumulative
-            self._dispatcher_of(consumer).tell(Ack(consumer, positions, cumulative))
+            with contextlib.suppress(pykka.ActorDeadError):  # deleted by the admin API
+                self._dispatcher_of(consumer).tell(Ack(consumer, positions, cumulative))
 
     def _redeliver(self, command: pb.BaseCommand) -> None:
         request = command.redeliver_unacknowledged_messages
@@ -499,7 +508,8 @@ class ConnectionActor(GeventActor):
         if consumer is None:
             return
         positions = [(m.ledger_id, m.entry_id) for m in request.message_ids] or None
-        self._dispatcher_of(consumer).tell(Redeliver(consumer, positions))
+        with contextlib.suppress(pykka.ActorDeadError):  # deleted by the admin API
+            self._dispatcher_of(consumer).tell(Redeliver(consumer, positions))
 
     def _close_consumer(self, command: pb.BaseCommand) -> None:
         request = command.close_consumer
@@ -565,6 +575,29 @@ class ConnectionActor(GeventActor):
                 ),
             )
         )
+
+    # Broker-initiated closes and end of topic (topic operations: terminate, unload, delete).
+
+    def _producer_closed_by_broker(self, message: ProducerClosedByBroker) -> None:
+        producer = self.producers.get(message.producer_id)
+        if producer is None or producer.name != message.name:
+            return
+        del self.producers[message.producer_id]
+        self._send(
+            T(
+                type=T.CLOSE_PRODUCER,
+                close_producer=pb.CommandCloseProducer(
+                    producer_id=message.producer_id, request_id=NO_ID
+                ),
+            )
+        )
+
+    def _end_of_topic(self, consumer: Consumer) -> None:
+        # Pulsar's Consumer#reachedEndOfTopic: only clients of protocol v9 or later know it.
+        if self.consumers.get(consumer.consumer_id) is not consumer:
+            return
+        if self.protocol_version >= REACHED_END_OF_TOPIC_VERSION:
+            self._send(reached_end_of_topic(consumer.consumer_id))
 
     def _get_last_message_id(self, command: pb.BaseCommand) -> None:
         request = command.get_last_message_id

@@ -39,6 +39,7 @@ from brokerlet.config import Settings
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry
+from brokerlet.topicops.subscription_side import SubscriptionOps
 from brokerlet.transport.protocol import pb
 
 __all__ = [
@@ -238,6 +239,9 @@ class Dispatcher:
             GetStats: lambda _: self.stats(),
             GetMarkDelete: lambda _: self.cursor.mark_delete,
         }
+        # Admin operations: skips, expiry, broker-initiated closes, end of topic.
+        self._handlers.update(SubscriptionOps(self).handlers(self._handlers))
+        self._replay_requested: list[int] = []
 
     # Actor plumbing.
 
@@ -494,6 +498,8 @@ class Dispatcher:
         return consumer.permits
 
     def _issue_read(self, kind: str, request: ReadEntries | ReadIds) -> None:
+        if isinstance(request, ReadIds):
+            self._replay_requested = request.entry_ids
         self._read_id = request.read_id
         self.pending_read = kind
         self.reads_issued += 1
@@ -530,6 +536,7 @@ class Dispatcher:
                 self.gate.request()
                 return
             entries = [e for e in entries if e.entry_id in self.replay]
+            self._forget_vanished(entries)
         else:
             if entries:
                 self.read_position = entries[-1].entry_id + 1
@@ -544,6 +551,15 @@ class Dispatcher:
         elif any(c.writable for c in self._candidates()):
             self._retry_with_backoff()
         # else: nothing writable; the writable event requests the next read.
+
+    def _forget_vanished(self, entries: list[Entry]) -> None:
+        """Replay ids the ledger no longer has (trimmed; a non-persistent topic's) are gone."""
+        returned = {e.entry_id for e in entries}
+        for entry_id in self._replay_requested:
+            if entry_id not in returned and entry_id in self.replay:
+                self.replay.discard(entry_id)
+                self.redelivery_counts.pop(entry_id, None)
+        self._replay_requested = []
 
     def _read_failed(self, error: BaseException) -> None:
         """As Pulsar: read one entry at a time, after an exponentially growing delay."""

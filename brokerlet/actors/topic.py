@@ -34,6 +34,7 @@ from brokerlet.config import Settings
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry, Ledger, NewEntry
+from brokerlet.topicops.topic_side import TopicOps
 from brokerlet.transport.protocol import pb
 
 __all__ = [
@@ -95,6 +96,8 @@ class AppendDone:
 class AddProducer:
     name: str
     peer: str
+    connection: Any = None  # the ConnectionActor's ref, for broker-initiated closes
+    producer_id: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +179,9 @@ class TopicActor(GeventActor):
             ResolvePosition: lambda m: self._start_of(m.message_id),
             TopicStats: lambda _: self.stats(),
         }
+        # Admin operations (terminate, unload, skip, peek, ...) and the non-persistent rule.
+        self.ops = TopicOps(self)
+        self._handlers.update(self.ops.handlers(self._handlers))
 
     def on_start(self) -> None:
         if self.cursors is None:
@@ -331,7 +337,7 @@ class TopicActor(GeventActor):
     # Reading.
 
     def _read_entries(self, message: ReadEntries) -> None:
-        if message.start > self.ledger.last_entry_id:
+        if max(message.start, self.ledger.first_entry_id) > self.ledger.last_entry_id:
             self.waiting[message.subscription] = message
             return
         self.waiting.pop(message.subscription, None)

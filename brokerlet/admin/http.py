@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from brokerlet.admin._metrics import AllStats, StatsCollector, TopicStats
+from brokerlet.admin._mount import Mounted
 
 __all__ = ["AdminServer"]
 
@@ -125,12 +126,14 @@ class AdminServer:
         all_stats: AllStats,
         cluster: str = "brokerlet",
         max_connections: int = 64,
+        mounted: Mounted | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self._topic_stats = topic_stats
         self._all_stats = all_stats
         self._max_connections = max_connections
+        self._mounted = mounted  # contract route modules (brokerlet.admin.routes)
         # A private registry: an embedding program's global registry stays its own.
         self.registry = CollectorRegistry()
         self.registry.register(StatsCollector(all_stats, cluster=cluster))
@@ -187,6 +190,10 @@ class AdminServer:
         return [response.body]
 
     def _respond(self, environ: WSGIEnvironment) -> _Response:
+        if self._mounted is not None:
+            answer = self._mounted.respond(dict(environ))
+            if answer is not None:
+                return _Response(*answer)
         segments = _path_segments(environ)
         route = None if segments is None else self._route(segments, environ)
         if route is None:

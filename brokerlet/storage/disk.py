@@ -153,6 +153,11 @@ class DiskLedger:
         return self._last
 
     @property
+    def directory(self) -> str:
+        """The topic's directory, where its segments and cursors live."""
+        return self._directory
+
+    @property
     def size_bytes(self) -> int:
         """Bytes the ledger's segments take on disk."""
         return sum(segment.end for segment in self._segments)
@@ -459,6 +464,27 @@ class DiskStorage:
             del self._opening[name]
         result.set((ledger, ledger.cursors))
         return ledger, ledger.cursors
+
+    def topic_directory(self, name: str) -> str | None:
+        """The directory holding a stored topic's files (None for a topic never stored)."""
+        known = self._known.get(name)
+        return None if known is None else known[1]
+
+    def delete_topic(self, name: str) -> None:
+        """Close a topic's ledger and delete its files (a topic deleted over the admin API).
+
+        Call from a greenlet; a later :meth:`open_topic` of the name starts a new ledger.
+        """
+        ledger = self._open.get(name)
+        if ledger is not None and not ledger.closed:
+            ledger.close()
+        closing = self._closing.get(name)
+        if closing is not None:
+            closing.wait()
+        known = self._known.pop(name, None)
+        if known is not None:
+            self._hub.threadpool.apply(shutil.rmtree, (known[1], True))
+            log.info("deleted storage of topic %r (ledger %d)", name, known[0])
 
     def flush(self, timeout: float = 30.0) -> None:
         """Write every topic's pending cursors and wait until everything submitted so far is

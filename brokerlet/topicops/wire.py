@@ -1,0 +1,34 @@
+"""Commands of the topic operations that brokerlet's protocol schema does not model.
+
+``CommandReachedEndOfTopic`` (BaseCommand field 27, ``reachedEndOfTopic``) has one field,
+``consumer_id`` (1). It is added to the command as encoded protobuf bytes, which the
+generated class keeps as an unknown field and writes back out, so the codec stays as it is.
+"""
+
+from __future__ import annotations
+
+from brokerlet.transport.protocol import pb
+
+__all__ = ["reached_end_of_topic"]
+
+_REACHED_END_OF_TOPIC_FIELD = 27
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def reached_end_of_topic(consumer_id: int) -> pb.BaseCommand:
+    inner = b"\x08" + _varint(consumer_id)
+    field = _varint((_REACHED_END_OF_TOPIC_FIELD << 3) | 2) + _varint(len(inner)) + inner
+    command = pb.BaseCommand(type=pb.BaseCommand.REACHED_END_OF_TOPIC)
+    command.MergeFromString(field)
+    return command
