@@ -354,6 +354,7 @@ class Dispatcher:
         self.cursor.reset(message.entry_id - 1)
         self._rewind()  # reads start again at entry_id
         self._cursor_changed()
+        self.topic.tell(MarkDeleteMoved(self.name, self.cursor.mark_delete))  # stats, retention
         log.info("%s: reset to entry %d", self, message.entry_id)
         for consumer in closed:
             if consumer.connection is not message.requester and consumer.connection.actor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from brokerlet.actors.connection import GetTopic
 from brokerlet.topicops import stats as stats_shape
 from brokerlet.topicops.entries import StoredMessage
 from brokerlet.topicops.errors import TopicOpError, topic_not_found
@@ -93,7 +94,10 @@ def list_subscriptions(broker: Any, name: str) -> list[str]:
 def create_subscription(
     broker: Any, name: str, subscription: str, position: str | tuple[int, int] = "latest"
 ) -> None:
-    _ask(broker, name, CreateSubscription(subscription, position))
+    """As PersistentTopicsBase#internalCreateSubscription: a missing topic is created (the
+    broker's topic creation rules apply, as for a consumer's SUBSCRIBE)."""
+    topic = broker.ask(GetTopic(name), timeout=TIMEOUT)
+    topic.ask(CreateSubscription(subscription, position), timeout=TIMEOUT)
 
 
 def delete_subscription(broker: Any, name: str, subscription: str, *, force: bool = False) -> None:
