@@ -156,6 +156,44 @@ def test_reached_end_of_topic_only_to_clients_that_know_it(broker: Broker, topic
         old.ping()
 
 
+def test_reached_end_of_topic_is_never_sent_to_the_cpp_client(broker: Broker, topic: str) -> None:
+    # pulsar-client-cpp 4.2.0's ClientConnection closes the connection on the command
+    # (its switch has no case for it), so the official Python client must never get it.
+    with RawClient(broker.address) as java, RawClient(broker.address) as cpp:
+        _connect(java, PROTOCOL_VERSION)
+        cpp.send_command(
+            T(
+                type=T.CONNECT,
+                connect=pb.CommandConnect(client_version="Pulsar-CPP-v4.2.0", protocol_version=20),
+            )
+        )
+        cpp.expect(T.CONNECTED)
+        java.subscribe(topic, "sub", 1, sub_type=pb.CommandSubscribe.Shared)
+        cpp.subscribe(topic, "sub", 2, sub_type=pb.CommandSubscribe.Shared)
+        broker.terminate_topic(topic)  # empty: the end is reached at once
+        java.expect(T.REACHED_END_OF_TOPIC)
+        cpp.ping()
+
+
+def test_official_consumer_stays_connected_at_the_end_of_a_terminated_topic(
+    broker: Broker, client: pulsar.Client, topic: str
+) -> None:
+    consumer = subscription_at_earliest(client, topic, "sub")
+    produce(client, topic, 1)
+    broker.terminate_topic(topic)
+    consumer.acknowledge(consumer.receive(5000))
+    wait_until(lambda: backlog(broker, topic, "sub") == 0, "the acknowledgement")
+    consumers = stats(broker, topic)["subscriptions"]["sub"]["consumers"]
+    assert len(consumers) == 1
+    first_address = consumers[0]["address"]
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(300)
+    # Still the same connection: it was not dropped and re-made.
+    assert [c["address"] for c in stats(broker, topic)["subscriptions"]["sub"]["consumers"]] == [
+        first_address
+    ]
+
+
 def test_terminated_state_survives_a_restart(tmp_path: Any) -> None:
     topic = "persistent://public/default/terminated-on-disk"
     with Broker(port=0, storage="disk", data_dir=str(tmp_path)) as first:
@@ -559,8 +597,18 @@ def test_non_persistent_drops_what_no_consumer_has_permits_for(broker: Broker) -
             ),
             "the permits to arrive",
         )
-        raw.produce(1, 3, b"kept")
+        entry = raw.produce(1, 3, b"kept")
         assert [m.payload for m in raw.receive(2, 1)] == [b"kept"]
+        # The dropped entries count as acknowledged: one ack moves the cursor past them all.
+        ledger_id = broker.last_message_id(topic)["ledgerId"]
+        raw.ack(2, [entry], ledger_id)
+        wait_until(
+            lambda: (
+                broker.internal_stats(topic)["cursors"]["sub"]["markDeletePosition"]
+                == f"{ledger_id}:{entry}"
+            ),
+            "the mark-delete position to pass the dropped entries",
+        )
 
 
 def test_non_persistent_does_not_redeliver_after_a_consumer_leaves(

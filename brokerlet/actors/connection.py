@@ -51,7 +51,7 @@ from brokerlet.actors.topic import (
 from brokerlet.config import Settings
 from brokerlet.storage.ledger import NewEntry
 from brokerlet.topicops.messages import EndOfTopicReached, ProducerClosedByBroker
-from brokerlet.topicops.wire import reached_end_of_topic
+from brokerlet.topicops.wire import knows_end_of_topic, reached_end_of_topic
 from brokerlet.transport.protocol import (
     PROTOCOL_VERSION,
     Frame,
@@ -70,7 +70,6 @@ log = logging.getLogger(__name__)
 T = pb.BaseCommand
 _TOPIC_NAME = re.compile(r"^(persistent|non-persistent)://[^/\s]+/[^/\s]+/[^/\s]+$")
 _producer_names = itertools.count()
-REACHED_END_OF_TOPIC_VERSION = 9  # ProtocolVersion.v9 added REACHED_END_OF_TOPIC
 NO_ID = 2**64 - 1
 """-1 as an unsigned 64-bit id: "no entry" in message ids and request ids."""
 
@@ -127,6 +126,7 @@ class ConnectionActor(GeventActor):
         self._close_socket = close_socket
         self.connected = False
         self.protocol_version = 0
+        self.client_version = ""
         self.producers: dict[int, _Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self._handlers: dict[int, Callable[[pb.BaseCommand], None]] = {
@@ -232,6 +232,7 @@ class ConnectionActor(GeventActor):
             raise _ProtocolViolation("a second CONNECT")
         connect = command.connect
         self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
+        self.client_version = connect.client_version
         self.connected = True
         log.debug(
             "%s connected: %s, protocol %d",
@@ -593,10 +594,9 @@ class ConnectionActor(GeventActor):
         )
 
     def _end_of_topic(self, consumer: Consumer) -> None:
-        # Pulsar's Consumer#reachedEndOfTopic: only clients of protocol v9 or later know it.
         if self.consumers.get(consumer.consumer_id) is not consumer:
             return
-        if self.protocol_version >= REACHED_END_OF_TOPIC_VERSION:
+        if knows_end_of_topic(self.protocol_version, self.client_version):
             self._send(reached_end_of_topic(consumer.consumer_id))
 
     def _get_last_message_id(self, command: pb.BaseCommand) -> None:

@@ -554,13 +554,18 @@ class Dispatcher:
         # else: nothing writable; the writable event requests the next read.
 
     def _forget_vanished(self, entries: list[Entry]) -> None:
-        """Replay ids the ledger no longer has (trimmed; a non-persistent topic's) are gone."""
+        """Replay ids the ledger no longer has (trimmed; a non-persistent topic's) are gone:
+        nobody will acknowledge them, so they count as acknowledged."""
         returned = {e.entry_id for e in entries}
+        moved = False
         for entry_id in self._replay_requested:
             if entry_id not in returned and entry_id in self.replay:
                 self.replay.discard(entry_id)
                 self.redelivery_counts.pop(entry_id, None)
+                moved = self.cursor.ack(entry_id) or moved
         self._replay_requested = []
+        if moved:
+            self.topic.tell(MarkDeleteMoved(self.name, self.cursor.mark_delete))
 
     def _read_failed(self, error: BaseException) -> None:
         """As Pulsar: read one entry at a time, after an exponentially growing delay."""

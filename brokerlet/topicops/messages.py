@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "AckDropped",
     "AckUpTo",
     "CloseConsumers",
     "CreateSubscription",
@@ -174,6 +175,13 @@ class TopicTerminated:
     """The topic was terminated after ``last_entry_id``: tell consumers at the end."""
 
     last_entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class AckDropped:
+    """Non-persistent: entries dropped for this subscription count as acknowledged."""
+
+    entry_ids: list[int]
 
 
 @dataclass(frozen=True, slots=True)

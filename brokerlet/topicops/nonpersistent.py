@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from brokerlet.actors.consumer import PermitTotal
 from brokerlet.actors.stats import Rate
 from brokerlet.storage.ledger import Entry, Ledger
+from brokerlet.topicops.messages import AckDropped
 
 if TYPE_CHECKING:
     from brokerlet.actors.dispatcher import ReadEntries, ReadIds
@@ -36,6 +37,7 @@ def is_non_persistent(topic: str) -> bool:
 
 @dataclass(slots=True)
 class _Subscriber:
+    dispatcher: Any  # its DispatcherActor's ref, told which entries it dropped
     permits: PermitTotal
     position: int  # next entry id this subscription reads
     kept_unread: int = 0  # messages kept for it and not read yet
@@ -60,9 +62,11 @@ class NonPersistentRule:
 
     # Membership.
 
-    def subscribed(self, subscription: str, permits: PermitTotal) -> None:
+    def subscribed(self, subscription: str, dispatcher: Any, permits: PermitTotal) -> None:
         if subscription not in self.subscribers:
-            self.subscribers[subscription] = _Subscriber(permits, self.ledger.last_entry_id + 1)
+            self.subscribers[subscription] = _Subscriber(
+                dispatcher, permits, self.ledger.last_entry_id + 1
+            )
 
     def unsubscribed(self, subscription: str) -> None:
         self.subscribers.pop(subscription, None)
@@ -74,17 +78,22 @@ class NonPersistentRule:
         """Decide for each subscription which of the new ``entries`` it keeps."""
         for subscriber in self.subscribers.values():
             room = subscriber.permits.value - subscriber.kept_unread
+            dropped: list[int] = []
             for entry in entries:
                 if room > 0:
                     room -= entry.num_messages
                     subscriber.kept_unread += entry.num_messages
                     continue
                 subscriber.dropped += entry.num_messages
+                dropped.append(entry.entry_id)
                 runs = subscriber.skipped
                 if runs and runs[-1][1] == entry.entry_id - 1:
                     runs[-1][1] = entry.entry_id
                 else:
                     runs.append([entry.entry_id, entry.entry_id])
+            if dropped:
+                # Its cursor counts them as acknowledged, so acks of later ones move it on.
+                subscriber.dispatcher.tell(AckDropped(dropped))
         for name, subscriber in self.subscribers.items():
             if subscriber.waiting is not None:
                 waiting, subscriber.waiting = subscriber.waiting, None

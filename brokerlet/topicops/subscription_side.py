@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import brokerlet.actors.dispatcher as dispatcher_mod
 from brokerlet.topicops.messages import (
+    AckDropped,
     AckUpTo,
     CloseConsumers,
     EndOfTopicReached,
@@ -60,6 +61,7 @@ class SubscriptionOps:
             dispatcher_mod.AddConsumer: add_then_check,
             dispatcher_mod.Ack: ack_then_check,
             AckUpTo: self._ack_up_to,
+            AckDropped: self._ack_dropped,
             SkipEntriesOf: self._skip,
             CloseConsumers: self._close_consumers,
             TopicTerminated: self._terminated,
@@ -76,6 +78,14 @@ class SubscriptionOps:
         for entry_id in d.replay.up_to(upto):
             d._forget(entry_id)
         self._moved(d.cursor.ack_cumulative(upto))
+
+    def _ack_dropped(self, message: AckDropped) -> None:
+        d = self.d
+        moved = False
+        for entry_id in message.entry_ids:
+            moved = d.cursor.ack(entry_id) or moved
+        if moved:
+            d.topic.tell(dispatcher_mod.MarkDeleteMoved(d.name, d.cursor.mark_delete))
 
     def _skip(self, message: SkipEntriesOf) -> int:
         """Acknowledge the next ``count`` unacknowledged entries; answers how many."""

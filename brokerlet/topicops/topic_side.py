@@ -91,6 +91,7 @@ class TopicOps:
         subscribe = existing[topic_mod.Subscribe]
         closed = existing[dispatcher_mod.SubscriptionClosed]
         cancel = existing[dispatcher_mod.CancelRead]
+        raw_stats = existing[topic_mod.TopicStats]
 
         def on_add_producer(message: Any) -> Any:
             if self.terminated_at is not None:
@@ -125,7 +126,8 @@ class TopicOps:
                 message = dataclasses.replace(message, durable=False)
             dispatcher = subscribe(message)
             if self.rule is not None:
-                self.rule.subscribed(message.subscription, dispatcher.ask(GetPermitTotal()))
+                permits = dispatcher.ask(GetPermitTotal())
+                self.rule.subscribed(message.subscription, dispatcher, permits)
             if self.terminated_at is not None:
                 dispatcher.tell(TopicTerminated(self.terminated_at))
             return dispatcher
@@ -160,6 +162,14 @@ class TopicOps:
         }
         if self.rule is not None:
             rule = self.rule
+
+            def no_backlog(message: Any) -> Any:
+                result = raw_stats(message)
+                for sub in result["subscriptions"].values():
+                    sub["msgBacklog"] = 0  # non-persistent: nothing waits for anyone
+                return result
+
+            table[topic_mod.TopicStats] = no_backlog
 
             def on_cancel(message: Any) -> Any:
                 rule.cancel(message.subscription, message.read_id)

@@ -9,7 +9,25 @@ from __future__ import annotations
 
 from brokerlet.transport.protocol import pb
 
-__all__ = ["reached_end_of_topic"]
+__all__ = ["knows_end_of_topic", "reached_end_of_topic"]
+
+REACHED_END_OF_TOPIC_VERSION = 9  # ProtocolVersion.v9 added the command
+CPP_CLIENT_PREFIX = "Pulsar-CPP-"
+
+
+def knows_end_of_topic(protocol_version: int, client_version: str) -> bool:
+    """Whether a client can take REACHED_END_OF_TOPIC.
+
+    Pulsar's Consumer#reachedEndOfTopic sends it to clients of protocol v9 or later. The C++
+    client (and the Python client built on it; CONNECT says ``Pulsar-CPP-v4.2.0``) announces
+    v20 but its ClientConnection has no case for the command: the ``default`` branch logs
+    "Received invalid message from server" and closes the connection, and the consumer's
+    reconnect would be told again, for ever. So it is never sent to that client.
+    """
+    if protocol_version < REACHED_END_OF_TOPIC_VERSION:
+        return False
+    return not client_version.startswith(CPP_CLIENT_PREFIX)
+
 
 _REACHED_END_OF_TOPIC_FIELD = 27
 
