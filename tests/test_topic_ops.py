@@ -637,3 +637,28 @@ def test_non_persistent_does_not_redeliver_after_a_consumer_leaves(
     producer.send(b"next")
     assert other.receive(5000).data() == b"next"
     assert stats(broker, topic)["storageSize"] == 0
+
+
+def test_malformed_bodies_and_unknown_subscriptions_change_nothing(
+    broker: Broker, client: pulsar.Client, topic: str
+) -> None:
+    client.subscribe(topic, "sub").close()
+    produce(client, topic, 2)
+    malformed = post(
+        broker,
+        topic,
+        "/subscription/sub/resetcursor",
+        data=b"{not json",
+        headers={"Content-Type": "application/json"},
+    )
+    assert malformed.status_code == 400
+    assert "JSON" in malformed.json()["reason"]
+    assert put(broker, topic, "/subscription/x", json=[1, 2]).status_code == 400
+    assert post(broker, topic, "/subscription/sub/expireMessages/-5").status_code == 400
+    assert get(broker, topic, "/ledger/one/entry/0").status_code == 400
+    for path in ("/subscription/ghost/skip_all", "/subscription/ghost/resetcursor/0"):
+        response = post(broker, topic, path)
+        assert response.status_code == 404
+        assert response.json()["reason"] == f"Subscription ghost not found for topic {topic}"
+    assert get(broker, topic, "/subscriptions").json() == ["sub"]
+    assert backlog(broker, topic, "sub") == 2
