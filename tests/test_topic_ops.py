@@ -662,3 +662,27 @@ def test_malformed_bodies_and_unknown_subscriptions_change_nothing(
         assert response.json()["reason"] == f"Subscription ghost not found for topic {topic}"
     assert get(broker, topic, "/subscriptions").json() == ["sub"]
     assert backlog(broker, topic, "sub") == 2
+
+
+def test_official_clients_reconnect_after_a_forced_delete(
+    broker: Broker, client: pulsar.Client, topic: str
+) -> None:
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"old")
+    broker.delete_topic(topic, force=True)
+    # The producer was closed by the broker; it reconnects and the topic is created afresh,
+    # as on a Pulsar broker with topic auto-creation on.
+    producer.send(b"new")
+    assert stats(broker, topic)["msgInCounter"] == 1
+
+
+def test_a_reader_continues_where_it_was_after_an_unload(
+    broker: Broker, client: pulsar.Client, topic: str
+) -> None:
+    produce(client, topic, 4)
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, receiver_queue_size=1)
+    assert [reader.read_next(5000).data() for _ in range(2)] == [b"m0", b"m1"]
+    broker.unload_topic(topic)
+    # A reader's subscription is non-durable: unload drops it, and the reader subscribes
+    # again from the last message it read.
+    assert [reader.read_next(5000).data() for _ in range(2)] == [b"m2", b"m3"]

@@ -39,27 +39,21 @@ class SubscriptionOps:
         self.d = dispatcher
         self.terminated_at: int | None = None  # the topic's last entry once terminated
         self._told_end: set[Consumer] = set()  # consumers sent REACHED_END_OF_TOPIC
+        self._existing: dict[type, Callable[[Any], Any]] = {}  # the dispatcher's handlers
 
     def handlers(
         self, existing: dict[type, Callable[[Any], Any]]
     ) -> dict[type, Callable[..., Any]]:
         add_consumer = existing[dispatcher_mod.AddConsumer]
-        ack = existing[dispatcher_mod.Ack]
+        self._existing = existing
 
         def add_then_check(message: Any) -> Any:
             result = add_consumer(message)
             self._check_end()
             return result
 
-        def ack_then_check(message: Any) -> Any:
-            result = ack(message)
-            if self.terminated_at is not None:
-                self._check_end()
-            return result
-
         return {
             dispatcher_mod.AddConsumer: add_then_check,
-            dispatcher_mod.Ack: ack_then_check,
             AckUpTo: self._ack_up_to,
             AckDropped: self._ack_dropped,
             SkipEntriesOf: self._skip,
@@ -145,6 +139,16 @@ class SubscriptionOps:
     # Termination.
 
     def _terminated(self, message: TopicTerminated) -> None:
+        if self.terminated_at is None:
+            # From now on every ACK may reach the end; until then ACKs pay nothing for it.
+            ack = self._existing[dispatcher_mod.Ack]
+
+            def ack_then_check(ack_message: Any) -> Any:
+                result = ack(ack_message)
+                self._check_end()
+                return result
+
+            self._existing[dispatcher_mod.Ack] = ack_then_check
         self.terminated_at = message.last_entry_id
         self._check_end()
 

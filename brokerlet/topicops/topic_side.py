@@ -79,6 +79,7 @@ class TopicOps:
         self.producers: dict[str, tuple[Any, int]] = {}  # name -> (connection actor, id)
         self.terminated_at: int | None = self._load_terminated()
         self.created_at = time.time()
+        self._existing: dict[type, Callable[[Any], Any]] = {}  # the topic's handlers
 
     # Wiring.
 
@@ -107,10 +108,7 @@ class TopicOps:
             return remove_producer(message)
 
         def on_append(message: Any) -> Any:
-            if self.terminated_at is not None:
-                return self._refuse_append(message)
-            if self.rule is None:
-                return append(message)
+            assert self.rule is not None
             before = self.t.ledger.last_entry_id
             result = append(message)  # the in-memory ledger completes at once
             after = self.t.ledger.last_entry_id
@@ -141,7 +139,6 @@ class TopicOps:
         table: dict[type, Callable[..., Any]] = {
             topic_mod.AddProducer: on_add_producer,
             topic_mod.RemoveProducer: on_remove_producer,
-            topic_mod.Append: on_append,
             topic_mod.Subscribe: on_subscribe,
             dispatcher_mod.SubscriptionClosed: on_closed,
             TerminateTopic: self._terminate,
@@ -160,8 +157,12 @@ class TopicOps:
             FullStats: self._full_stats,
             LastMessageId: self._last_message_id,
         }
+        self._existing = existing
+        if self.terminated_at is not None:
+            table[topic_mod.Append] = self._refuse_append
         if self.rule is not None:
             rule = self.rule
+            table[topic_mod.Append] = on_append
 
             def no_backlog(message: Any) -> Any:
                 result = raw_stats(message)
@@ -209,6 +210,8 @@ class TopicOps:
                     write_file_atomically, (FileOps(), path, data), {"sync": True}
                 )
             log.info("%s: terminated at entry %d", self.t.name, self.terminated_at)
+            # SENDs are refused from now on; until now appends paid nothing for the check.
+            self._existing[topic_mod.Append] = self._refuse_append
             # PersistentTopic#terminate: producers are disconnected (they reconnect and are
             # refused with TopicTerminatedError); subscriptions learn the end.
             self._close_producers()
