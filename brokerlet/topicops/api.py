@@ -183,15 +183,11 @@ def partition_count(context: Any, name: str) -> int:
     non-partitioned, as in Pulsar's PartitionedTopicMetadata.
     """
     metadata = getattr(context, "metadata", None)
-    if metadata is None:
+    topics = getattr(metadata, "topics", None)  # {full name: TopicMeta(partitions, ...)}
+    if topics is None:
         return 0
-    for method in ("partition_count", "get_partitions", "partitions"):
-        lookup = getattr(metadata, method, None)
-        if callable(lookup):
-            value = lookup(name)
-            partitions = getattr(value, "partitions", value)
-            return int(partitions or 0)
-    return 0
+    stored = topics.get(name)
+    return int(getattr(stored, "partitions", 0) or 0)
 
 
 def partitioned_stats(
