@@ -96,7 +96,7 @@ class AppendDone:
 class AddProducer:
     name: str
     peer: str
-    connection: Any = None  # the ConnectionActor's ref, for broker-initiated closes
+    owner: Any = None  # the connection actor, told ProducerClosedByBroker
     producer_id: int = -1
 
 
