@@ -422,6 +422,9 @@ def test_expire_messages_older_than_a_time(
     _next_millisecond()
     assert post(broker, topic, "/subscription/sub/expireMessages/0").status_code == 204
     assert backlog(broker, topic, "sub") == 0
+    sub = stats(broker, topic)["subscriptions"]["sub"]
+    assert sub["totalMsgExpired"] == 3
+    assert sub["lastExpireTimestamp"] > 0
     assert post(broker, topic, "/subscription/sub/expireMessages/soon").status_code == 400
 
 
@@ -702,3 +705,18 @@ def test_a_reader_continues_where_it_was_after_an_unload(
     # A reader's subscription is non-durable: unload drops it, and the reader subscribes
     # again from the last message it read.
     assert [reader.read_next(5000).data() for _ in range(2)] == [b"m2", b"m3"]
+
+
+def test_operations_reach_a_stored_subscription_after_a_restart(tmp_path: Any) -> None:
+    topic = "persistent://public/default/stored-subscription"
+    with Broker(port=0, storage="disk", data_dir=str(tmp_path)) as first:
+        client = pulsar.Client(first.service_url)
+        client.subscribe(topic, "sub").close()
+        produce(client, topic, 4)
+        client.close()
+    with Broker(port=0, storage="disk", data_dir=str(tmp_path)) as second:
+        # No consumer came back: the subscription is only a stored cursor until now.
+        assert second.subscriptions(topic) == ["sub"]
+        assert post(second, topic, "/subscription/sub/skip/3").status_code == 204
+        assert backlog(second, topic, "sub") == 1
+        assert get(second, topic, "/subscription/sub/position/1").content == b"m3"

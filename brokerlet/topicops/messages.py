@@ -149,6 +149,7 @@ class AckUpTo:
     """Acknowledge every entry up to ``entry_id`` (skip all, expiry)."""
 
     entry_id: int
+    expiry: bool = False  # counted in totalMsgExpired / lastExpireTimestamp
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,12 @@ and the client reconnects, as after a Pulsar topic unload.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import brokerlet.actors.dispatcher as dispatcher_mod
+from brokerlet.actors.stats import Rate
 from brokerlet.topicops.messages import (
     AckDropped,
     AckUpTo,
@@ -40,12 +42,23 @@ class SubscriptionOps:
         self.terminated_at: int | None = None  # the topic's last entry once terminated
         self._told_end: set[Consumer] = set()  # consumers sent REACHED_END_OF_TOPIC
         self._existing: dict[type, Callable[[Any], Any]] = {}  # the dispatcher's handlers
+        self.expired = 0  # entries acknowledged by expiry
+        self.last_expire_ms = 0
+        self._expiry_rate = Rate()
 
     def handlers(
         self, existing: dict[type, Callable[[Any], Any]]
     ) -> dict[type, Callable[..., Any]]:
         add_consumer = existing[dispatcher_mod.AddConsumer]
+        get_stats = existing[dispatcher_mod.GetStats]
         self._existing = existing
+
+        def stats_with_expiry(message: Any) -> Any:
+            result = get_stats(message)
+            result["totalMsgExpired"] = self.expired
+            result["lastExpireTimestamp"] = self.last_expire_ms
+            result["msgRateExpired"] = self._expiry_rate.sample(self.expired)
+            return result
 
         def add_then_check(message: Any) -> Any:
             result = add_consumer(message)
@@ -54,6 +67,7 @@ class SubscriptionOps:
 
         return {
             dispatcher_mod.AddConsumer: add_then_check,
+            dispatcher_mod.GetStats: stats_with_expiry,
             AckUpTo: self._ack_up_to,
             AckDropped: self._ack_dropped,
             SkipEntriesOf: self._skip,
@@ -67,6 +81,13 @@ class SubscriptionOps:
     def _ack_up_to(self, message: AckUpTo) -> None:
         d = self.d
         upto = message.entry_id
+        if message.expiry:
+            # PersistentMessageExpiryMonitor counts the entries it marks deleted.
+            newly = sum(
+                1 for e in range(d.cursor.mark_delete + 1, upto + 1) if not d.cursor.is_acked(e)
+            )
+            self.expired += newly
+            self.last_expire_ms = int(time.time() * 1000)
         for entry_id in [e for e in d.pending_owner if e <= upto]:
             d._forget(entry_id)
         for entry_id in d.replay.up_to(upto):

@@ -381,7 +381,7 @@ class TopicOps:
         newest = find_newest_at_or_before(self.t.ledger, cutoff)
         if newest >= self.t.ledger.first_entry_id:
             for dispatcher in dispatchers:
-                dispatcher.ask(AckUpTo(newest))
+                dispatcher.ask(AckUpTo(newest, expiry=True))
 
     # Reading single messages.
 
