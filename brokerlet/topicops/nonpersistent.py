@@ -161,6 +161,11 @@ class NonPersistentRule:
 
     def _trim(self) -> None:
         last = self.ledger.last_entry_id
+        for subscriber in self.subscribers.values():
+            # Dropped runs right at its position need not be kept for it.
+            runs = subscriber.skipped
+            while runs and runs[0][0] <= subscriber.position:
+                subscriber.position = max(subscriber.position, runs.pop(0)[1] + 1)
         keep_from = min((s.position for s in self.subscribers.values()), default=last + 1)
         self.ledger.trim(keep_from - 1)
 
