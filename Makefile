@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: venv run test lint bench proto loadtest loadtest-compare clean
+.PHONY: venv run test lint bench fuzz proto loadtest loadtest-compare clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,14 @@ lint: venv
 
 bench: venv
 	$(PY) -m bench $(ARGS)
+
+# Seeded bad input against a running broker (tests/fuzz.py): prints inputs tried, actor
+# failures, topics usable and RSS before/after; fails if anything broke.
+FUZZ_SECONDS ?= 60
+SEED ?= 1
+STORAGE ?= memory
+fuzz: venv
+	$(PY) tests/fuzz.py --duration $(FUZZ_SECONDS) --seed $(SEED) --storage $(STORAGE) $(ARGS)
 
 # Locust load tests (loadtests/README.md). Without SCENARIO: every scenario briefly
 # (15 s of publishing each); with SCENARIO: that one at its full length, or for DURATION s.

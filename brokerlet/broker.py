@@ -21,8 +21,15 @@ import gevent
 import gevent.event
 import pykka
 
-from brokerlet.actors.broker import BrokerActor, GetAllStats, GetTopic, GetTopicStats
+from brokerlet.actors.broker import (
+    BrokerActor,
+    CloseIdleTopics,
+    GetAllStats,
+    GetTopic,
+    GetTopicStats,
+)
 from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.actors.supervision import tell_quietly
 from brokerlet.admin import AdminServer
 from brokerlet.admin._mount import Mounted
 from brokerlet.admin.rest import AdminContext
@@ -89,6 +96,7 @@ class Broker:
         self._admin: AdminServer | None = None
         self._broker_actor: pykka.ActorRef[BrokerActor] | None = None
         self._event_loops: list[pykka.ActorRef[EventLoopActor]] = []
+        self._idle_check: gevent.Greenlet | None = None
         self.started_at: float | None = None
         self.startup_seconds: float | None = None
 
@@ -326,6 +334,10 @@ class Broker:
             for name in self._storage.topics():
                 self._broker_actor.ask(GetTopic(name))
         self._event_loops = [EventLoopActor.start(i) for i in range(self.settings.event_loops)]
+        if settings.inactive_topic_close_interval_seconds:
+            self._idle_check = gevent.spawn(
+                self._close_idle_topics, settings.inactive_topic_close_interval_seconds
+            )
         self._server = Server(
             self.settings,
             broker=self._broker_actor,
@@ -345,7 +357,15 @@ class Broker:
             )
             self._admin.start()
 
+    def _close_idle_topics(self, interval: float) -> None:
+        broker = self._broker_actor
+        while broker is not None:
+            gevent.sleep(interval)
+            tell_quietly(broker, CloseIdleTopics())
+
     def _shutdown(self) -> None:
+        if self._idle_check is not None:
+            self._idle_check.kill(block=False)
         if self._admin is not None:
             self._admin.stop()
         if self._server is not None:

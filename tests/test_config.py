@@ -58,7 +58,7 @@ def test_defaults_match_the_documented_table() -> None:
     assert settings.dispatcher_max_read_batch_size == 100
     assert settings.dispatcher_read_failure_backoff_max_time_ms == 60000
     assert settings.max_unacked_messages_per_subscription == 200000
-    assert settings.key_shared_look_ahead_msg_in_replay_threshold_per_subscription == 20000
+    assert settings.key_shared_look_ahead_msg_in_replay_threshold_per_subscription == 40000
     assert settings.storage == "memory"
     assert settings.log_level == "INFO"
 

@@ -29,6 +29,7 @@ Pitfalls:
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import sys
 import time
@@ -40,11 +41,15 @@ import gevent.queue
 import pykka
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from pykka._actor import ActorInbox
     from pykka._future import GetHookFunc
     from pykka._types import OptExcInfo
 
 __all__ = ["GeventActor", "GeventFuture", "HandlerTimeout", "timeout_after"]
+
+failure_log = logging.getLogger("brokerlet.actors.supervision")
 
 T = TypeVar("T")
 
@@ -200,6 +205,22 @@ class GeventActor(pykka.Actor):
     @staticmethod
     def _create_future() -> pykka.Future[Any]:
         return GeventFuture()
+
+    def _handle_failure(
+        self,
+        exception_type: type[BaseException] | None,
+        exception_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # Pykka's own version logs under "pykka"; one ERROR record per failure, under ours,
+        # then the same bookkeeping (unregister, mark stopped) before on_failure runs.
+        failure_log.error(
+            "%s failed; it is replaced (see brokerlet.actors.supervision)",
+            self,
+            exc_info=(exception_type, exception_value, traceback),  # type: ignore[arg-type]
+        )
+        pykka.ActorRegistry.unregister(self.actor_ref)
+        self.actor_stopped.set()
 
     def _start_actor_loop(self) -> None:
         greenlet = gevent.Greenlet(self._actor_loop)

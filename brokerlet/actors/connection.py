@@ -38,6 +38,13 @@ from brokerlet.actors.dispatcher import (
 )
 from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.keyshared import KeySharedMeta
+from brokerlet.actors.refusals import (
+    RepeatedWarning,
+    refuse_invalid_text,
+    refuse_unsupported,
+    request_id_of,
+)
+from brokerlet.actors.supervision import TopicClosedByBroker, record_failure, tell_quietly
 from brokerlet.actors.topic import (
     AddProducer,
     Append,
@@ -60,6 +67,7 @@ from brokerlet.transport.protocol import (
     decode_payload,
     encode_command,
     encode_send_receipt,
+    metadata_problem,
     pb,
 )
 
@@ -129,6 +137,9 @@ class ConnectionActor(GeventActor):
         self.client_version = ""
         self.producers: dict[int, _Producer] = {}
         self.consumers: dict[int, Consumer] = {}
+        self._unknown_consumer = RepeatedWarning(log, self.peer, "for unknown consumers")
+        self._refused = RepeatedWarning(log, self.peer, "refused as malformed")
+        self._unsupported_logged: set[int] = set()
         self._handlers: dict[int, Callable[[pb.BaseCommand], None]] = {
             T.CONNECT: self._connect,
             T.PING: self._ping,
@@ -160,15 +171,20 @@ class ConnectionActor(GeventActor):
         elif kind is ConsumerClosedByBroker:
             self._closed_by_broker(message.consumer)
         elif kind is ProducerClosedByBroker:
-            self._producer_closed_by_broker(message)
+            self._producer_closed_by_topic(message)
         elif kind is EndOfTopicReached:
             self._end_of_topic(message.consumer)
+        elif kind is TopicClosedByBroker:
+            self._topic_closed(message.topic)
 
     def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
         # A bug of ours, not the peer's: drop the connection rather than serve it half-broken.
-        log.error("closing connection from %s: internal error: %r", self.peer, exc)
-        self._release_all()
-        self._close_socket(f"internal error: {exc!r}")
+        # The failure is logged already (GeventActor); nothing here may raise again.
+        record_failure("connection")
+        try:
+            self._release_all()
+        finally:
+            self._close_socket(f"internal error: {exc!r}")
 
     def _send(self, command: pb.BaseCommand) -> None:
         self.channel.write(encode_command(command))
@@ -179,18 +195,20 @@ class ConnectionActor(GeventActor):
 
     def _lost(self, reason: str) -> None:
         log.info("connection from %s closed: %s", self.peer, reason)
+        self._unknown_consumer.summarise()
+        self._refused.summarise()
         self._release_all()
         self.stop()
 
     def _release_all(self) -> None:
+        # Their topic or dispatcher may have failed: a dead one is skipped, never raised.
         self.handle.closed = True
         self.handle.consumers = ()
         for consumer in self.consumers.values():
-            with contextlib.suppress(pykka.ActorDeadError):  # deleted by the admin API
-                self._dispatcher_of(consumer).tell(RemoveConsumer(consumer))
+            tell_quietly(self._dispatcher_of(consumer), RemoveConsumer(consumer))
         self.consumers.clear()
         for producer in self.producers.values():
-            producer.topic_ref.tell(RemoveProducer(producer.name))
+            tell_quietly(producer.topic_ref, RemoveProducer(producer.name))
         self.producers.clear()
 
     # Commands.
@@ -203,6 +221,24 @@ class ConnectionActor(GeventActor):
             if not self.connected and kind != T.CONNECT:
                 self._disconnect(f"{command_name(kind)} before CONNECT")
                 return
+            if frame.invalid_text is not None:
+                if sends:
+                    if not self._sends(sends):
+                        return
+                    sends = []
+                reply = refuse_invalid_text(command, frame.invalid_text)
+                if reply is None:
+                    what = f"{command_name(kind)} with invalid UTF-8 in {frame.invalid_text}"
+                    self._disconnect(what)
+                    return
+                self._refused.warn(
+                    "%s sent %s with invalid UTF-8 in %s; refused",
+                    self.peer,
+                    command_name(kind),
+                    frame.invalid_text,
+                )
+                self.channel.write(reply)
+                continue
             if kind == T.SEND:
                 if frame.payload is not None:
                     sends.append((command.send, frame.payload))
@@ -213,19 +249,35 @@ class ConnectionActor(GeventActor):
                 sends = []
             handler = self._handlers.get(kind)
             if handler is None:
-                log.warning(
-                    "%s sent %s, which brokerlet does not support; ignored",
-                    self.peer,
-                    command_name(kind),
-                )
+                self._unsupported(command)
                 continue
             try:
                 handler(command)
             except _ProtocolViolation as stop:
                 self._disconnect(str(stop))
                 return
+            except pykka.ActorDeadError:
+                # The topic or dispatcher asked failed meanwhile; its replacement serves a retry.
+                request_id = request_id_of(command)
+                if request_id is not None:
+                    self._error(request_id, pb.ServiceNotReady, "Topic is restarting, retry")
         if sends:
             self._sends(sends)
+
+    def _unsupported(self, command: pb.BaseCommand) -> None:
+        """Answer a known request brokerlet does not serve with an error, logged once."""
+        kind = command.type
+        reply = refuse_unsupported(command)
+        if kind not in self._unsupported_logged:
+            self._unsupported_logged.add(kind)
+            log.warning(
+                "%s sent %s, which brokerlet does not support; %s",
+                self.peer,
+                command_name(kind),
+                "answered with an error" if reply is not None else "ignored",
+            )
+        if reply is not None:
+            self.channel.write(reply)
 
     def _connect(self, command: pb.BaseCommand) -> None:
         if self.connected:
@@ -346,17 +398,36 @@ class ConnectionActor(GeventActor):
         request = command.close_producer
         producer = self.producers.pop(request.producer_id, None)
         if producer is not None:
-            producer.topic_ref.tell(RemoveProducer(producer.name))
+            tell_quietly(producer.topic_ref, RemoveProducer(producer.name))
         self._success(request.request_id)
+
+    def _topic_closed(self, topic_ref: Any) -> None:
+        """The topic failed: close its producers, so their clients reconnect to its successor."""
+        for producer in [p for p in self.producers.values() if p.topic_ref is topic_ref]:
+            self._producer_closed_by_broker(producer)
+
+    def _producer_closed_by_broker(self, producer: _Producer) -> None:
+        if self.producers.get(producer.producer_id) is not producer:
+            return
+        del self.producers[producer.producer_id]
+        self._send(
+            T(
+                type=T.CLOSE_PRODUCER,
+                close_producer=pb.CommandCloseProducer(
+                    producer_id=producer.producer_id, request_id=NO_ID
+                ),
+            )
+        )
 
     def _sends(self, sends: list[tuple[pb.CommandSend, bytes]]) -> bool:
         """Append a chunk of SENDs, one message per run of the same producer."""
         producer: _Producer | None = None
         items: list[AppendItem] = []
+        max_size = self.settings.max_message_size
         for send, payload in sends:
             if producer is None or send.producer_id != producer.producer_id:
                 if producer is not None:
-                    producer.topic_ref.tell(Append(self.actor_ref, producer.producer_id, items))
+                    self._append(producer, items)
                     items = []
                 producer = self.producers.get(send.producer_id)
                 if producer is None:
@@ -376,19 +447,41 @@ class ConnectionActor(GeventActor):
                 else send.sequence_id
             )
             entry = None
-            if section.checksum_ok:
-                entry = NewEntry(section.entry, section.checksum, send.num_messages)
-            else:
+            refusal = None
+            if not section.checksum_ok:
                 log.warning(
                     "%s: checksum mismatch on SEND %d of producer %s",
                     self.peer,
                     send.sequence_id,
                     producer.name,
                 )
-            items.append(AppendItem(send.sequence_id, highest, entry))
+            elif len(section.entry) > max_size:
+                # The frame limit leaves room for the command; the message itself may not.
+                refusal = (
+                    pb.NotAllowedError,
+                    f"Exceed maximum message size: {len(section.entry)} > {max_size} bytes",
+                )
+            else:
+                refusal = _metadata_refusal(section.entry)
+                if refusal is None:
+                    entry = NewEntry(section.entry, section.checksum, send.num_messages)
+            if refusal is not None:
+                self._refused.warn(
+                    "%s: refused SEND %d of producer %s: %s",
+                    self.peer,
+                    send.sequence_id,
+                    producer.name,
+                    refusal[1],
+                )
+            items.append(AppendItem(send.sequence_id, highest, entry, refusal))
         if producer is not None and items:
-            producer.topic_ref.tell(Append(self.actor_ref, producer.producer_id, items))
+            self._append(producer, items)
         return True
+
+    def _append(self, producer: _Producer, items: list[AppendItem]) -> None:
+        append = Append(self.actor_ref, producer.producer_id, items)
+        if not tell_quietly(producer.topic_ref, append):
+            self._producer_closed_by_broker(producer)  # its topic failed: reconnect
 
     def _appended(self, message: Appended) -> None:
         if message.producer_id not in self.producers:
@@ -482,7 +575,9 @@ class ConnectionActor(GeventActor):
     def _consumer(self, consumer_id: int, what: str) -> Consumer | None:
         consumer = self.consumers.get(consumer_id)
         if consumer is None:
-            log.warning("%s sent %s for unknown consumer %d; ignored", self.peer, what, consumer_id)
+            self._unknown_consumer.warn(
+                "%s sent %s for unknown consumer %d; ignored", self.peer, what, consumer_id
+            )
         return consumer
 
     def _flow(self, command: pb.BaseCommand) -> None:
@@ -500,8 +595,7 @@ class ConnectionActor(GeventActor):
         positions = [(m.ledger_id, m.entry_id) for m in ack.message_id if not m.ack_set]
         if positions:
             cumulative = ack.ack_type == pb.CommandAck.Cumulative
-            with contextlib.suppress(pykka.ActorDeadError):  # deleted by the admin API
-                self._dispatcher_of(consumer).tell(Ack(consumer, positions, cumulative))
+            tell_quietly(self._dispatcher_of(consumer), Ack(consumer, positions, cumulative))
 
     def _redeliver(self, command: pb.BaseCommand) -> None:
         request = command.redeliver_unacknowledged_messages
@@ -509,8 +603,7 @@ class ConnectionActor(GeventActor):
         if consumer is None:
             return
         positions = [(m.ledger_id, m.entry_id) for m in request.message_ids] or None
-        with contextlib.suppress(pykka.ActorDeadError):  # deleted by the admin API
-            self._dispatcher_of(consumer).tell(Redeliver(consumer, positions))
+        tell_quietly(self._dispatcher_of(consumer), Redeliver(consumer, positions))
 
     def _close_consumer(self, command: pb.BaseCommand) -> None:
         request = command.close_consumer
@@ -579,19 +672,10 @@ class ConnectionActor(GeventActor):
 
     # Broker-initiated closes and end of topic (topic operations: terminate, unload, delete).
 
-    def _producer_closed_by_broker(self, message: ProducerClosedByBroker) -> None:
+    def _producer_closed_by_topic(self, message: ProducerClosedByBroker) -> None:
         producer = self.producers.get(message.producer_id)
-        if producer is None or producer.name != message.name:
-            return
-        del self.producers[message.producer_id]
-        self._send(
-            T(
-                type=T.CLOSE_PRODUCER,
-                close_producer=pb.CommandCloseProducer(
-                    producer_id=message.producer_id, request_id=NO_ID
-                ),
-            )
-        )
+        if producer is not None and producer.name == message.name:
+            self._producer_closed_by_broker(producer)
 
     def _end_of_topic(self, consumer: Consumer) -> None:
         if self.consumers.get(consumer.consumer_id) is not consumer:
@@ -613,6 +697,18 @@ class ConnectionActor(GeventActor):
         response.consumer_mark_delete_position.ledger_id = ledger_id
         response.consumer_mark_delete_position.entry_id = mark_delete if mark_delete >= 0 else NO_ID
         self._send(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, get_last_message_id_response=response))
+
+
+def _metadata_refusal(entry: bytes) -> tuple[pb.ServerError.ValueType, str] | None:
+    """Why a SEND's entry must not be stored, or None: its metadata must decode.
+
+    Consumers and the Key_Shared dispatcher parse every stored entry, so an undecodable one
+    is refused before it is receipted, as Pulsar refuses a message it cannot parse.
+    """
+    problem = metadata_problem(entry)
+    if problem is None:
+        return None
+    return pb.NotAllowedError, f"Invalid message metadata: {problem}"
 
 
 class _ProtocolViolation(Exception):  # noqa: N818 - a signal, not an error to report

@@ -35,6 +35,7 @@ from brokerlet.actors.keyshared import KeySharedMeta, KeySharedRules
 from brokerlet.actors.ratelimit import DispatchRateLimiter, limiters_allowance, limiters_wait
 from brokerlet.actors.replay import ReplaySet
 from brokerlet.actors.stats import Cancellable, Rate
+from brokerlet.actors.supervision import GetCursorState, dispatcher_failed, tell_quietly
 from brokerlet.config import Settings
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
@@ -176,8 +177,10 @@ class Dispatcher:
         settings: Settings,
         rate_limiters: Sequence[DispatchRateLimiter] = (),
         cursor_store: CursorStore | None = None,
+        last_entry_id: Callable[[], int] | None = None,
     ) -> None:
         super().__init__()
+        self.last_entry_id = last_entry_id  # the topic's last confirmed entry, to bound acks
         self.cursor_store = cursor_store
         self._cursor_dirty = cursor_store is not None  # a new durable subscription is saved
         self._persist_timer: Cancellable | None = None
@@ -238,6 +241,7 @@ class Dispatcher:
             PersistCursor: lambda _: self._persist_cursor(),
             GetStats: lambda _: self.stats(),
             GetMarkDelete: lambda _: self.cursor.mark_delete,
+            GetCursorState: lambda _: (self.cursor.mark_delete, self.cursor.acked_ids()),
         }
         # Admin operations: skips, expiry, broker-initiated closes, end of topic.
         self._handlers.update(SubscriptionOps(self).handlers(self._handlers))
@@ -253,6 +257,8 @@ class Dispatcher:
     def on_stop(self) -> None:
         if self._cursor_dirty:
             self._persist_cursor()
+        for consumer in self.consumers:  # stopped under them (their topic failed): reconnect
+            tell_quietly(consumer.connection.actor, ConsumerClosedByBroker(consumer))
         for timer in (self._retry, self._unblock_timer, self._persist_timer):
             if timer is not None:
                 timer.cancel()
@@ -726,6 +732,12 @@ class Dispatcher:
         cursor = self.cursor
         moved = False
         entry_ids = [e for ledger, e in message.positions if ledger == self.ledger_id]
+        if self.last_entry_id is not None:
+            # As Pulsar's cursor does: an entry not written yet cannot be acknowledged.
+            last = self.last_entry_id()
+            if any(e > last for e in entry_ids):
+                log.debug("%s: ignored acks beyond the last entry %d", self, last)
+                entry_ids = [e for e in entry_ids if e <= last]
         if not entry_ids:
             return
         if message.cumulative:
@@ -894,6 +906,9 @@ class DispatcherActor(Dispatcher, GeventActor):
 
     def call_later(self, seconds: float, func: Callable[[], object]) -> Cancellable:
         return GreenletTimer(gevent.spawn_later(seconds, func))
+
+    def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
+        dispatcher_failed(self, ConsumerClosedByBroker)
 
 
 class GreenletTimer:

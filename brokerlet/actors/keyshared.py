@@ -42,11 +42,14 @@ from brokerlet.keyshared import (
     sticky_key_hash,
 )
 from brokerlet.storage.ledger import Entry
-from brokerlet.transport.protocol import parse_metadata, pb
+from brokerlet.transport.protocol import ProtocolError, parse_metadata, pb
 
 __all__ = ["KeySharedMeta", "KeySharedRules", "entry_key_hash"]
 
 log = logging.getLogger(__name__)
+
+NO_KEY_HASH = sticky_key_hash(b"NONE_KEY") or 1
+"""The hash of an entry whose key cannot be read: Pulsar's ``NONE_KEY`` sticky key."""
 
 AUTO_SPLIT = pb.AUTO_SPLIT
 STICKY = pb.STICKY
@@ -117,6 +120,7 @@ class KeySharedRules:
         self.pending_hashes: dict[int, int] = {}  # entry id -> hash, for pending entries
         self._key_hashes: dict[int, int] = {}  # cache for entries read but not yet pending
         self._ranges_of: tuple[object, dict[Consumer, list[HashRange]]] = (None, {})
+        self._unparseable_logged = False
 
     @property
     def ordered(self) -> bool:
@@ -169,7 +173,21 @@ class KeySharedRules:
     def key_hash(self, entry: Entry) -> int:
         cached = self._key_hashes.get(entry.entry_id)
         if cached is None:
-            cached = self._key_hashes[entry.entry_id] = entry_key_hash(entry)
+            try:
+                cached = entry_key_hash(entry)
+            except ProtocolError as error:
+                # Stored before metadata was checked on SEND (or damaged since): one such
+                # entry must not stop the subscription. It is routed as having no key.
+                cached = NO_KEY_HASH
+                if not self._unparseable_logged:
+                    self._unparseable_logged = True
+                    log.warning(
+                        "entry %d has unparseable metadata (%s); delivered as having no key "
+                        "(logged once per subscription)",
+                        entry.entry_id,
+                        error.reason,
+                    )
+            self._key_hashes[entry.entry_id] = cached
         return cached
 
     def delivered(self, consumer: Consumer, entry: Entry) -> None:

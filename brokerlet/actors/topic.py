@@ -30,6 +30,17 @@ from brokerlet.actors.dispatcher import (
 from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.ratelimit import DispatchRateLimiter
 from brokerlet.actors.stats import Rate
+from brokerlet.actors.supervision import (
+    CursorState,
+    DispatcherFailed,
+    GetCursorState,
+    QuietRef,
+    TopicClosedByBroker,
+    TopicFailed,
+    record_failure,
+    stop_quietly,
+    tell_quietly,
+)
 from brokerlet.config import Settings
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
@@ -58,7 +69,8 @@ LATEST_ID = 2**63 - 1
 class AppendItem:
     sequence_id: int
     highest_sequence_id: int
-    entry: NewEntry | None  # None: refused before storage (bad checksum)
+    entry: NewEntry | None  # None: refused before storage (see ``refusal``)
+    refusal: tuple[pb.ServerError.ValueType, str] | None = None  # None: bad checksum
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +108,8 @@ class AppendDone:
 class AddProducer:
     name: str
     peer: str
-    owner: Any = None  # the connection actor, told ProducerClosedByBroker
-    producer_id: int = -1
+    connection: Any = None  # the producer's connection actor, told if the topic fails
+    producer_id: int = -1  # for a broker-initiated CLOSE_PRODUCER (topic operations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +143,10 @@ class TopicStats:
     pass
 
 
+class IsIdle:
+    """Asked: whether the topic has no producer, subscription or waiting read."""
+
+
 class TopicActor(GeventActor):
     """The managed ledger of one topic: appends, reads and subscription cursors."""
 
@@ -141,14 +157,20 @@ class TopicActor(GeventActor):
         settings: Settings,
         broker_limiter: DispatchRateLimiter | None = None,
         cursors: CursorStore | None = None,
+        *,
+        supervisor: Any = None,  # the broker actor, told if this actor fails
+        restored: dict[str, CursorState] | None = None,  # cursors of a failed predecessor
     ) -> None:
         super().__init__()
+        self.supervisor = supervisor
+        self.restored = restored or {}
         self.name = name
         self.cursors = cursors  # durable subscriptions' acknowledgements, with a disk ledger
         self.saved: dict[str, tuple[int, list[int]]] = {}
         self.ledger = ledger
         self.settings = settings
         self.producers: dict[str, str] = {}  # name -> peer
+        self.producer_connections: dict[str, Any] = {}  # name -> connection actor
         self.subscriptions: dict[str, pykka.ActorRef[DispatcherActor]] = {}
         self.mark_deletes: dict[str, int] = {}
         self.waiting: dict[str, ReadEntries] = {}  # long polls at the end of the ledger
@@ -178,6 +200,8 @@ class TopicActor(GeventActor):
             GetLastEntry: lambda _: (self.ledger.ledger_id, self.ledger.last_entry_id),
             ResolvePosition: lambda m: self._start_of(m.message_id),
             TopicStats: lambda _: self.stats(),
+            DispatcherFailed: self._dispatcher_failed,
+            IsIdle: lambda _: not (self.producers or self.subscriptions or self.waiting),
         }
         # Admin operations (terminate, unload, skip, peek, ...) and the non-persistent rule.
         self.ops = TopicOps(self)
@@ -185,6 +209,7 @@ class TopicActor(GeventActor):
 
     def on_start(self) -> None:
         if self.cursors is None:
+            self._restore()
             return
         # Durable subscriptions stored before a restart: they hold back retention from the
         # start, and their cursors are restored when a consumer comes back.
@@ -193,6 +218,13 @@ class TopicActor(GeventActor):
             if state is not None:
                 self.saved[subscription] = state
                 self.mark_deletes[subscription] = state[0]
+        self._restore()
+
+    def _restore(self) -> None:
+        # A failed predecessor's cursors are newer than any stored copy.
+        for subscription, state in self.restored.items():
+            self.saved[subscription] = state
+            self.mark_deletes[subscription] = state[0]
 
     def on_receive(self, message: Any) -> Any:
         return self._handlers[type(message)](message)
@@ -209,7 +241,7 @@ class TopicActor(GeventActor):
             if gevent.getcurrent() is greenlet:
                 handle(result)
             else:
-                self.actor_ref.tell(AppendDone(handle, result))
+                tell_quietly(self.actor_ref, AppendDone(handle, result))  # it may have failed
 
         return callback
 
@@ -219,6 +251,26 @@ class TopicActor(GeventActor):
             with contextlib.suppress(pykka.ActorDeadError):
                 dispatcher.stop(block=True, timeout=5)
         self.ledger.close()
+
+    def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
+        """Hand the cursors to the broker and have every client reconnect to a fresh actor.
+
+        The ledger stays open: the replacement reuses it (supervision.py).
+        """
+        record_failure("topic")
+        cursors: dict[str, CursorState] = dict(self.saved)
+        for subscription, dispatcher in list(self.subscriptions.items()):
+            try:
+                state: CursorState = dispatcher.ask(GetCursorState(), block=True, timeout=1)
+                cursors[subscription] = state
+            except Exception:  # dead or stuck: the stored cursor is what is left
+                log.warning("%s: no cursor from subscription %r", self.name, subscription)
+            stop_quietly(dispatcher)  # it closes its consumers as it stops
+        for connection in {id(c): c for c in self.producer_connections.values()}.values():
+            if connection is not None:
+                tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+        if self.supervisor is not None:
+            tell_quietly(self.supervisor, TopicFailed(self.name, self.actor_ref, cursors))
 
     # Producing.
 
@@ -232,7 +284,7 @@ class TopicActor(GeventActor):
             next_id = result if isinstance(result, int) else -1
             for item in items:
                 if item.entry is None:
-                    error = (pb.ChecksumError, "Checksum verification failed")
+                    error = item.refusal or (pb.ChecksumError, "Checksum verification failed")
                 elif isinstance(result, BaseException):
                     error = (pb.PersistenceError, f"Append failed: {result}")
                 else:
@@ -244,7 +296,8 @@ class TopicActor(GeventActor):
                 receipts.append(
                     Receipt(item.sequence_id, item.highest_sequence_id, ledger_id, -1, *error)
                 )
-            message.reply_to.tell(Appended(message.producer_id, receipts))
+            # The producer's connection may be gone (a reset mid-append): not our failure.
+            tell_quietly(message.reply_to, Appended(message.producer_id, receipts))
             if isinstance(result, int):
                 self.msg_in += sum(e.num_messages for e in new)
                 self.bytes_in += sum(len(e.data) for e in new)
@@ -261,9 +314,11 @@ class TopicActor(GeventActor):
                 pb.ProducerBusy, f"Producer with name {message.name!r} is already connected"
             )
         self.producers[message.name] = message.peer
+        self.producer_connections[message.name] = message.connection
 
     def _remove_producer(self, message: RemoveProducer) -> None:
         self.producers.pop(message.name, None)
+        self.producer_connections.pop(message.name, None)
 
     # Subscriptions.
 
@@ -282,7 +337,7 @@ class TopicActor(GeventActor):
             cursor = Cursor.restore(*saved)
             start = cursor.mark_delete + 1
         dispatcher = DispatcherActor.start(
-            topic=self.actor_ref,
+            topic=QuietRef(self.actor_ref),
             topic_name=self.name,
             ledger_id=self.ledger.ledger_id,
             name=message.subscription,
@@ -293,6 +348,7 @@ class TopicActor(GeventActor):
             settings=self.settings,
             rate_limiters=self.rate_limiters,
             cursor_store=self.cursors if message.durable else None,
+            last_entry_id=lambda: self.ledger.last_entry_id,
         )
         self.subscriptions[message.subscription] = dispatcher
         self.mark_deletes[message.subscription] = cursor.mark_delete
@@ -323,6 +379,18 @@ class TopicActor(GeventActor):
             dispatcher.stop(block=False)
             self._trim()
 
+    def _dispatcher_failed(self, message: DispatcherFailed) -> None:
+        if self.subscriptions.get(message.subscription) is not message.dispatcher:
+            return
+        del self.subscriptions[message.subscription]
+        self.waiting.pop(message.subscription, None)
+        if message.cursor is not None:
+            # Resumed from here by the next SUBSCRIBE; retention keeps holding its backlog.
+            self.saved[message.subscription] = message.cursor
+        else:
+            self.mark_deletes.pop(message.subscription, None)
+            self._trim()
+
     def _mark_delete_moved(self, message: MarkDeleteMoved) -> None:
         if message.subscription in self.mark_deletes:
             self.mark_deletes[message.subscription] = message.mark_delete
@@ -345,7 +413,7 @@ class TopicActor(GeventActor):
 
     def _read_now(self, message: ReadEntries) -> None:
         def done(result: list[Entry] | BaseException) -> None:
-            message.reply_to.tell(EntriesRead(message.read_id, result, replay=False))
+            tell_quietly(message.reply_to, EntriesRead(message.read_id, result, replay=False))
 
         self.ledger.read(message.start, message.max_entries, message.max_bytes, done)
 
@@ -360,7 +428,7 @@ class TopicActor(GeventActor):
 
     def _read_ids(self, message: ReadIds) -> None:
         def done(result: list[Entry] | BaseException) -> None:
-            message.reply_to.tell(EntriesRead(message.read_id, result, replay=True))
+            tell_quietly(message.reply_to, EntriesRead(message.read_id, result, replay=True))
 
         self.ledger.read_ids(message.entry_ids, done)
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from brokerlet.actors.supervision import restarts
+
 __all__ = ["AllStats", "StatsCollector", "TopicStats"]
 
 TopicStats = Callable[[str], Mapping[str, Any] | None]
@@ -224,3 +226,11 @@ class StatsCollector:
                         family.add_metric(consumer_labels, spec.value(consumer))
         for _, family in (*topic_families, *sub_families, *consumer_families):
             yield family
+        restarted = CounterMetricFamily(
+            "brokerlet_actor_restarts_total",
+            "Actors that failed and were replaced by supervision, by kind (in this process).",
+            labels=["kind"],
+        )
+        for kind, count in restarts().items():
+            restarted.add_metric([kind], count)
+        yield restarted

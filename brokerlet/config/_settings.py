@@ -162,11 +162,11 @@ class Settings:
         alias="subscriptionKeySharedConsistentHashingReplicaPoints", minimum=1,
     )
     key_shared_look_ahead_msg_in_replay_threshold_per_consumer: int = setting(
-        2000, "Replay backlog per consumer that pauses Key_Shared normal reads; 0 = no cap.",
+        4000, "Replay backlog per consumer that pauses Key_Shared normal reads; 0 = no cap.",
         alias="keySharedLookAheadMsgInReplayThresholdPerConsumer", minimum=0,
     )
     key_shared_look_ahead_msg_in_replay_threshold_per_subscription: int = setting(
-        20000, "Replay backlog per subscription that pauses Key_Shared normal reads; 0 = no cap.",
+        40000, "Replay backlog per subscription that pauses Key_Shared normal reads; 0 = no cap.",
         alias="keySharedLookAheadMsgInReplayThresholdPerSubscription", minimum=0,
     )
     key_shared_unblocking_interval_ms: int = setting(
@@ -204,6 +204,22 @@ class Settings:
     log_level: str = setting(
         "INFO", "Lowest level of log records emitted.",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+    )
+
+    # Limits on what peers may hold (issue 10: bad peers must not break topics).
+    # Pulsar's defaults are 0 (no limit); brokerlet's are bounded, see README "Bad input".
+    broker_max_connections: int = setting(
+        4096, "Most open client connections; more are closed at once. 0 = no limit.",
+        alias="brokerMaxConnections", minimum=0,
+    )
+    broker_max_connections_per_ip: int = setting(
+        1024, "Most open client connections from one IP address; 0 = no limit.",
+        alias="brokerMaxConnectionsPerIp", minimum=0,
+    )
+    inactive_topic_close_interval_seconds: int = setting(
+        60, "Seconds between checks that close (never delete) disk topics with no producer "
+        "and no subscription; 0 = never.",
+        alias="brokerDeleteInactiveTopicsFrequencySeconds", minimum=0,
     )
     # fmt: on
 

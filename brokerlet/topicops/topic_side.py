@@ -98,8 +98,8 @@ class TopicOps:
             if self.terminated_at is not None:
                 raise BrokerError(pb.TopicTerminatedError, "Topic was already terminated")
             result = add_producer(message)
-            if message.owner is not None:
-                self.producers[message.name] = (message.owner, message.producer_id)
+            if message.connection is not None:
+                self.producers[message.name] = (message.connection, message.producer_id)
             return result
 
         def on_remove_producer(message: Any) -> Any:

@@ -3,8 +3,11 @@
 Each accepted connection gets a :class:`~brokerlet.transport.channel.Channel` for its outbound
 bytes and a connection actor for its protocol state; the greenlet that accepted it becomes its
 reader: it receives, decodes, and sends one message per received chunk of frames. The reader
-also keeps the connection alive: after ``keep_alive_interval_seconds`` of silence it sends a
-PING, and after a second silent interval it closes the connection.
+also keeps the connection alive: after ``keep_alive_interval_seconds`` without a complete
+frame it sends a PING, and after a second such interval it closes the connection. Only whole
+frames count, so a peer trickling bytes, or holding an unfinished frame, is closed as a
+silent one would be; a peer that sends no CONNECT within the first interval is closed too.
+``broker_max_connections`` and ``broker_max_connections_per_ip`` bound how many are open.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import itertools
 import logging
 import socket as stdlib_socket
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +67,7 @@ class Server:
         self._advertised_url = advertised_url
         self._next_loop = itertools.cycle(range(len(event_loops)))
         self._connections: set[socket.socket] = set()
+        self._per_ip: Counter[str] = Counter()
         self._actors: set[Any] = set()
         self._server: StreamServer | None = None
 
@@ -100,7 +105,33 @@ class Server:
     def connection_count(self) -> int:
         return len(self._connections)
 
+    def _refused(self, ip: str) -> str | None:
+        """Why a new connection from ``ip`` is refused, or None (Pulsar's connection caps)."""
+        settings = self.settings
+        limit = settings.broker_max_connections
+        if limit and len(self._connections) >= limit:
+            return f"brokerMaxConnections ({limit}) reached"
+        limit = settings.broker_max_connections_per_ip
+        if limit and self._per_ip[ip] >= limit:
+            return f"brokerMaxConnectionsPerIp ({limit}) reached for {ip}"
+        return None
+
     def _handle(self, sock: socket.socket, address: tuple[str, int]) -> None:
+        ip = address[0]
+        refused = self._refused(ip)
+        if refused is not None:
+            log.warning("refusing connection from %s:%s: %s", ip, address[1], refused)
+            sock.close()
+            return
+        self._per_ip[ip] += 1
+        try:
+            self._serve(sock, address)
+        finally:
+            self._per_ip[ip] -= 1
+            if not self._per_ip[ip]:
+                del self._per_ip[ip]
+
+    def _serve(self, sock: socket.socket, address: tuple[str, int]) -> None:
         peer = f"{address[0]}:{address[1]}"
         settings = self.settings
         configure_socket(
@@ -157,6 +188,8 @@ class Server:
         decoder = FrameDecoder(self.settings.max_message_size + FRAME_PADDING)
         interval = self.settings.keep_alive_interval_seconds or None
         sock.settimeout(interval)
+        deadline = time.monotonic() + interval if interval else 0.0
+        connected = False
         pinged = False
         recv = sock.recv
         tell = actor.tell
@@ -165,27 +198,47 @@ class Server:
             try:
                 data = recv(RECV_BYTES)
             except TimeoutError:
-                if pinged:
-                    return f"no response to keep-alive within {interval} s"
-                channel.write(_PING)
-                pinged = True
-                continue
+                data = None
             except OSError as error:
                 return f"socket error: {error}"
-            if not data:
+            if data is not None:
+                if not data:
+                    try:
+                        decoder.eof()
+                    except ProtocolError as error:
+                        return f"closed by peer mid-frame: {error.reason}"
+                    return None
                 try:
-                    decoder.eof()
+                    frames = decoder.feed(data)
                 except ProtocolError as error:
-                    return f"closed by peer mid-frame: {error.reason}"
-                return None
-            pinged = False
-            try:
-                frames = decoder.feed(data)
-            except ProtocolError as error:
-                log.warning("closing connection from %s: %s", peer, error.reason)
-                return f"protocol error: {error.reason}"
-            if frames:
-                tell(Received(frames))
+                    log.warning("closing connection from %s: %s", peer, error.reason)
+                    return f"protocol error: {error.reason}"
+                if frames:
+                    if not connected:
+                        connected = frames[0].command.type == pb.BaseCommand.CONNECT
+                    try:
+                        tell(Received(frames))
+                    except pykka.ActorDeadError:
+                        return "connection actor failed"  # it closes the socket itself
+                    if interval:
+                        pinged = False
+                        deadline = time.monotonic() + interval
+            if interval:
+                # Keep-alive counts complete frames: bytes of an unfinished one do not reset it.
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if not connected:
+                        log.warning(
+                            "closing connection from %s: no CONNECT within %d s", peer, interval
+                        )
+                        return f"no CONNECT within {interval} s"
+                    if pinged:
+                        return f"no response to keep-alive within {interval} s"
+                    channel.write(_PING)
+                    pinged = True
+                    deadline = time.monotonic() + interval
+                    left = interval
+                sock.settimeout(left)
             now = time.perf_counter()
             if now >= slice_ends:
                 # recv() returns at once while data is waiting: take turns with the others.

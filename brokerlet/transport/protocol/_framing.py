@@ -14,17 +14,19 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from brokerlet.transport.protocol import pulsar_pb2 as pb
 from brokerlet.transport.protocol._errors import ProtocolError
 from brokerlet.transport.protocol._payload import MAGIC_CRC32C
 from brokerlet.transport.protocol._proto import merge_from, missing_fields
+from brokerlet.transport.protocol._text import invalid_text_field
 
 __all__ = [
     "PROTOCOL_VERSION",
     "Frame",
     "FrameDecoder",
+    "command_body",
     "command_name",
     "encode_command",
     "encode_payload_command",
@@ -58,6 +60,15 @@ def command_name(type_value: int) -> str:
     return f"UNKNOWN({type_value})"
 
 
+def command_body(command: pb.BaseCommand) -> Message | None:
+    """The body of a command (``command.producer`` for PRODUCER), or None if it has none."""
+    name = _BODY_FIELDS.get(command.type)
+    if name is None:
+        return None
+    body: Message = getattr(command, name)
+    return body
+
+
 @dataclass(frozen=True, slots=True)
 class Frame:
     """One decoded frame.
@@ -66,10 +77,13 @@ class Frame:
         command: The command, with its required fields and its body present.
         payload: The raw payload section (see ``decode_payload``) for SEND and MESSAGE;
             None for every other command.
+        invalid_text: The path of a string field that is not valid UTF-8 (for example
+            ``producer.topic``), or None; the receiver refuses such a command.
     """
 
     command: pb.BaseCommand
     payload: bytes | None
+    invalid_text: str | None = None
 
 
 class FrameDecoder:
@@ -181,7 +195,7 @@ class FrameDecoder:
                     )
                 else:
                     payload = None
-                frames.append(Frame(command, payload))
+                frames.append(Frame(command, payload, invalid_text_field(command)))
                 offset = frame_end
         return frames, offset
 

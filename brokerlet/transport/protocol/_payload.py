@@ -31,6 +31,7 @@ __all__ = [
     "crc32c",
     "decode_payload",
     "encode_batch",
+    "metadata_problem",
     "parse_metadata",
     "split_batch",
 ]
@@ -155,6 +156,26 @@ def parse_metadata(entry: bytes) -> pb.MessageMetadata:
         missing = missing_fields(metadata)
         raise ProtocolError(f"message metadata is missing required fields: {missing}")
     return metadata
+
+
+def metadata_problem(entry: bytes) -> str | None:
+    """Why an entry's MessageMetadata cannot be decoded, or None if it can.
+
+    The check :func:`parse_metadata` makes, without raising, for the SEND path where every
+    message is checked before it is stored.
+    """
+    try:
+        metadata_size = _check_entry(entry)
+    except ProtocolError as error:
+        return error.reason
+    metadata = pb.MessageMetadata()
+    try:
+        merge_from(metadata, memoryview(entry)[4 : 4 + metadata_size])
+    except DecodeError as exc:
+        return f"undecodable message metadata: {exc}"
+    if not metadata.IsInitialized():
+        return f"message metadata is missing required fields: {missing_fields(metadata)}"
+    return None
 
 
 def build_entry(metadata: pb.MessageMetadata, payload: bytes) -> bytes:

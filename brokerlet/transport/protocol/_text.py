@@ -1,0 +1,74 @@
+"""String fields that are not valid UTF-8.
+
+The protobuf runtime hands back invalid UTF-8 in a proto2 ``string`` field as ``bytes``
+instead of refusing it. Every name a peer sends (topic, subscription, producer, consumer)
+is such a field, and code downstream treats them as ``str``: a bytes name fails later, far
+from the peer, in a log line, a JSON cursor file or a regex. The decoder checks each command
+once, here, so the connection can refuse the request with an error instead.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+
+from brokerlet.transport.protocol import pulsar_pb2 as pb
+
+__all__ = ["invalid_text_field"]
+
+_STRING = FieldDescriptor.TYPE_STRING
+_MESSAGE = FieldDescriptor.TYPE_MESSAGE
+
+
+def _holds_text(descriptor: Descriptor, seen: dict[str, bool]) -> bool:
+    """Whether messages of ``descriptor`` can hold a string field at any depth."""
+    name = descriptor.full_name
+    if name in seen:
+        return seen[name]
+    seen[name] = False  # a recursive type holds text only through its other fields
+    found = False
+    for field in descriptor.fields:
+        child = field.message_type
+        if field.type == _STRING or (
+            field.type == _MESSAGE and child is not None and _holds_text(child, seen)
+        ):
+            found = True
+    seen[name] = found
+    return found
+
+
+_HOLDS_TEXT: dict[str, bool] = {}
+_holds_text(pb.BaseCommand.DESCRIPTOR, _HOLDS_TEXT)
+
+_T = pb.BaseCommand
+# Hot commands whose string fields brokerlet never reads (ACK properties, for example).
+SKIPPED_TYPES = frozenset((_T.SEND, _T.MESSAGE, _T.ACK, _T.FLOW, _T.PING, _T.PONG))
+
+
+def invalid_text_field(command: pb.BaseCommand) -> str | None:
+    """The path of the first string field of ``command`` that is not valid UTF-8, or None.
+
+    >>> invalid_text_field(pb.BaseCommand(type=pb.BaseCommand.PING, ping=pb.CommandPing()))
+    """
+    if command.type in SKIPPED_TYPES:
+        return None
+    return _walk(command, "")
+
+
+def _walk(message: Message, prefix: str) -> str | None:
+    for field, value in message.ListFields():
+        if field.type == _STRING:
+            values = value if field.is_repeated else (value,)
+            if any(not isinstance(v, str) for v in values):
+                return prefix + field.name
+        elif (
+            field.type == _MESSAGE
+            and field.message_type is not None
+            and _HOLDS_TEXT.get(field.message_type.full_name)
+        ):
+            children = value if field.is_repeated else (value,)
+            for child in children:
+                found = _walk(child, f"{prefix}{field.name}.")
+                if found is not None:
+                    return found
+    return None
