@@ -22,6 +22,7 @@ import requests
 
 import brokerlet.admin.rest as rest_module
 from brokerlet import Broker
+from brokerlet.actors.broker import CloseIdleTopics
 from brokerlet.admin._mount import Mounted
 from brokerlet.admin.rest import AdminContext
 from brokerlet.admin.routes import all_routes
@@ -720,3 +721,16 @@ def test_operations_reach_a_stored_subscription_after_a_restart(tmp_path: Any) -
         assert post(second, topic, "/subscription/sub/skip/3").status_code == 204
         assert backlog(second, topic, "sub") == 1
         assert get(second, topic, "/subscription/sub/position/1").content == b"m3"
+
+
+def test_operations_reopen_a_stored_topic_closed_while_idle(tmp_path: Any) -> None:
+    topic = "persistent://public/default/idle-then-examined"
+    with Broker(port=0, storage="disk", data_dir=str(tmp_path)) as running:
+        client = pulsar.Client(running.service_url)
+        produce(client, topic, 2)
+        client.close()
+        closed = running._call(lambda ref: ref.ask(CloseIdleTopics()))
+        assert topic in closed
+        latest = get(running, topic, "/examinemessage?initialPosition=latest&messagePosition=1")
+        assert latest.content == b"m1"
+        assert running.last_message_id(topic)["entryId"] == 1
