@@ -12,6 +12,7 @@ from pathlib import Path
 from bench.broker_process import REPO_ROOT, broker_command
 from bench.dispatch_sections import run_backpressure, run_flow, run_keyshared, run_selector
 from bench.memory import raise_file_limit
+from bench.partitions_section import run_partitions
 from bench.report import Row, print_header, print_table, system_info, write_json
 from bench.sections import FULL, QUICK, SectionResult, run_memory, run_startup, run_throughput
 from bench.storage_section import run_storage
@@ -20,8 +21,8 @@ from bench.throughput import DEFAULT_PRODUCERS
 __all__ = ["main"]
 
 # Client-process sections first; those that run a broker or actors in this process last.
-SECTIONS = ("throughput", "keyshared", "storage", "startup", "memory", "backpressure", "flow",
-            "selector")
+SECTIONS = ("throughput", "keyshared", "storage", "partitions", "startup", "memory",
+            "backpressure", "flow", "selector")
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
 
@@ -51,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "throughput": lambda: run_throughput(plan, profile_path, args.producers),
         "keyshared": lambda: run_keyshared(plan, args.producers),
         "storage": lambda: run_storage(plan, args.producers),
+        "partitions": lambda: run_partitions(plan, args.producers, args.quick),
         "startup": lambda: run_startup(plan),
         "memory": lambda: run_memory(plan),
         "backpressure": lambda: run_backpressure(plan),

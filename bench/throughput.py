@@ -125,6 +125,7 @@ def run_once(
     timeout: float,
     broker: psutil.Process | None = None,
     producers: int = DEFAULT_PRODUCERS,
+    topic: str | None = None,
 ) -> RunResult:
     """Send ``messages`` through a fresh topic from ``producers`` processes and time them.
 
@@ -135,11 +136,13 @@ def run_once(
         timeout: Seconds from the start for every message to be sent and received.
         broker: The broker's process, to report the CPU it used; None to skip that.
         producers: How many producer processes to run.
+        topic: The topic to use (a partitioned one, say); None makes a fresh one.
 
     Returns:
         The run's figures; ``error`` is set if not every message made it in time.
     """
-    topic = f"persistent://public/default/bench-{mode.name}-{uuid.uuid4().hex[:12]}"
+    if topic is None:
+        topic = f"persistent://public/default/bench-{mode.name}-{uuid.uuid4().hex[:12]}"
     context = multiprocessing.get_context("spawn")
     start = context.Event()
     stop = context.Event()

@@ -31,10 +31,10 @@ from brokerlet.actors.broker import (
 from brokerlet.actors.eventloop import EventLoopActor
 from brokerlet.actors.supervision import tell_quietly
 from brokerlet.admin import AdminServer
-from brokerlet.admin._mount import Mounted
 from brokerlet.admin.rest import AdminContext
-from brokerlet.admin.routes import all_routes
-from brokerlet.config import Settings, load_settings
+from brokerlet.config import Settings, SettingsError, load_settings
+from brokerlet.metadata import MetadataStore
+from brokerlet.metadata.listeners import parse_listeners
 from brokerlet.storage import DiskStorage, FileOps
 from brokerlet.topicops import api as topic_api
 from brokerlet.topicops.entries import StoredMessage
@@ -83,8 +83,17 @@ class Broker:
             and not web_port_given
         ):
             settings = settings.replace(web_service_port=0)
+        listeners = parse_listeners(settings.advertised_listeners)
+        internal = settings.internal_listener_name
+        if internal and internal not in listeners:
+            raise SettingsError(
+                f"internal_listener_name = {internal!r}: must name one of advertised_listeners "
+                f"({', '.join(listeners) or 'none configured'})",
+                key="internal_listener_name",
+            )
         self.settings = settings
         self._file_ops = storage_file_ops
+        self.metadata: MetadataStore | None = None
         self._storage: DiskStorage | None = None
         self._thread: threading.Thread | None = None
         self._hub: Any = None
@@ -327,12 +336,18 @@ class Broker:
                 cursor_flush_ms=settings.cursor_flush_ms,
                 file_ops=self._file_ops,
             )
-        self._broker_actor = BrokerActor.start(self.settings, self._storage)
+            # The metadata lives beside the topics, in the directory the storage has locked.
+            self.metadata = MetadataStore.in_directory(
+                settings.data_dir, cluster=settings.cluster_name
+            )
+        else:
+            self.metadata = MetadataStore(None, cluster=settings.cluster_name)
+        self._broker_actor = BrokerActor.start(self.settings, self._storage, self.metadata)
         if self._storage is not None:
             # Recover every stored topic now: torn tails are repaired and logged at start-up,
             # and retention knows every durable subscription before anyone acks.
             for name in self._storage.topics():
-                self._broker_actor.ask(GetTopic(name))
+                self._broker_actor.ask(GetTopic(name, recovering=True))
         self._event_loops = [EventLoopActor.start(i) for i in range(self.settings.event_loops)]
         if settings.inactive_topic_close_interval_seconds:
             self._idle_check = gevent.spawn(
@@ -346,14 +361,19 @@ class Broker:
         )
         self._server.start()
         if self.settings.web_service_enabled:
+            context = AdminContext(
+                broker=self._broker_actor,
+                settings=self.settings,
+                metadata=self.metadata,
+                service_url=lambda: self.service_url,
+            )
             self._admin = AdminServer(
                 self.settings.host,
                 self.settings.web_service_port,
                 topic_stats=self.topic_stats,
                 all_stats=self.stats,
-                mounted=Mounted(
-                    all_routes(), AdminContext(broker=self._broker_actor, settings=settings)
-                ),
+                cluster=self.settings.cluster_name,
+                context=context,
             )
             self._admin.start()
 
@@ -374,6 +394,8 @@ class Broker:
             if ref is not None:
                 with contextlib.suppress(pykka.ActorDeadError):
                     ref.stop(block=True, timeout=5)
+        if self.metadata is not None:
+            self.metadata.close()
         if self._storage is not None:
             self._storage.close()
             self._storage = None

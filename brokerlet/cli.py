@@ -13,6 +13,7 @@ import gevent
 
 from brokerlet.broker import Broker
 from brokerlet.config import SettingsError, add_arguments, describe_settings, settings_from_args
+from brokerlet.metadata import MetadataError
 from brokerlet.storage import StorageError
 
 __all__ = ["main"]
@@ -32,6 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         settings = settings_from_args(args, defaults={"storage": "disk"})
+        broker = Broker(settings)  # checks what spans settings (listener names)
     except SettingsError as error:
         print(f"brokerlet: bad setting: {error}", file=sys.stderr)
         return 2
@@ -39,7 +41,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=settings.log_level,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
     )
-    broker = Broker(settings)
 
     def stop() -> None:
         logging.getLogger("brokerlet").info("stopping")
@@ -58,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         broker.serve_forever(on_ready=ready)
+    except MetadataError as error:
+        print(f"brokerlet: cannot use the metadata store: {error}", file=sys.stderr)
+        return 1
     except StorageError as error:
         print(
             f"brokerlet: cannot use data directory {settings.data_dir!r}: {error}", file=sys.stderr

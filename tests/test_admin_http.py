@@ -251,8 +251,8 @@ def test_health_answers_ok_as_text(server: AdminServer) -> None:
         "/",
         "/metricsx",
         "/admin/v2/persistent/public",
-        "/admin/v2/persistent/public/default/orders",
-        "/admin/v2/persistent/public/default/orders/internalStats",
+        "/admin/v2/persistent/public/default/orders/nothing-here",
+        "/admin/v2/persistent/public/default/orders/stats/more",
         "/admin/v2/persistent//default/orders/stats",
         "/admin/v2/partitioned/public/default/orders/stats",
         "/admin/v3/persistent/public/default/orders/stats",
@@ -280,6 +280,14 @@ def test_other_methods_on_known_routes_are_405(
     if method != "HEAD":
         assert reply.json() == {"reason": "Method Not Allowed"}
     assert broker.callers == []
+
+
+def test_a_topic_path_allows_only_its_write_methods(server: AdminServer) -> None:
+    # PUT creates and DELETE deletes a topic; Pulsar has no GET on the bare topic path.
+    reply = request(server, "/admin/v2/persistent/public/default/orders")
+
+    assert reply.status == 405
+    assert reply.headers["Allow"] == "DELETE, PUT"
 
 
 def test_other_methods_on_unknown_paths_are_404(server: AdminServer) -> None:

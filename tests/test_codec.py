@@ -211,6 +211,20 @@ SAMPLES: list[pb.BaseCommand] = [
         type=T.ACTIVE_CONSUMER_CHANGE,
         active_consumer_change=pb.CommandActiveConsumerChange(consumer_id=1, is_active=True),
     ),
+    T(
+        type=T.GET_TOPICS_OF_NAMESPACE,
+        get_topics_of_namespace=pb.CommandGetTopicsOfNamespace(
+            request_id=3,
+            namespace="public/default",
+            topics_pattern="persistent://public/default/a.*",
+        ),
+    ),
+    T(
+        type=T.GET_TOPICS_OF_NAMESPACE_RESPONSE,
+        get_topics_of_namespace_response=pb.CommandGetTopicsOfNamespaceResponse(
+            request_id=3, topics=["persistent://public/default/a"], filtered=True, topics_hash="ab"
+        ),
+    ),
 ]
 
 _PAYLOAD_TYPES = {T.SEND, T.MESSAGE}

@@ -20,13 +20,10 @@ import pulsar
 import pytest
 import requests
 
-import brokerlet.admin.rest as rest_module
 from brokerlet import Broker
 from brokerlet.actors.broker import CloseIdleTopics
-from brokerlet.admin._mount import Mounted
-from brokerlet.admin.rest import AdminContext
+from brokerlet.admin.rest import AdminApp, AdminContext
 from brokerlet.admin.routes import all_routes
-from brokerlet.admin.routes.topics_ops import delete_topic_route
 from brokerlet.topicops import TopicOpError
 from brokerlet.transport.protocol import PROTOCOL_VERSION, pb
 from tests.rawclient import RawClient
@@ -265,13 +262,7 @@ def respond(
         "wsgi.url_scheme": "http",
         "wsgi.input": io.BytesIO(),
     }
-    app_class = getattr(rest_module, "AdminApp", None)  # issue 12a's admin core
-    if app_class is None:
-        mounted = Mounted(routes, context)
-        answer = broker._call(lambda _ref: mounted.respond(environ))
-        assert answer is not None
-        return answer[0], json.loads(answer[2]) if answer[2] else None
-    app = app_class(routes, context)
+    app = AdminApp(routes, context)
     reply = broker._call(lambda _ref: app.respond(environ))
     body = reply.body
     if isinstance(body, bytes):
@@ -280,12 +271,10 @@ def respond(
 
 
 def delete(broker: Broker, topic: str, query: str = "") -> tuple[int, Any]:
-    """DELETE /{topic}: issue 12a's route; here its stand-in, mounted for this request only."""
+    """DELETE /{topic} (issue 12a's route) through the admin app."""
     domain, rest = topic.split("://")
-    context = AdminContext(broker=broker._broker_actor)
-    return respond(
-        broker, [delete_topic_route()], context, "DELETE", f"/admin/v2/{domain}/{rest}", query
-    )
+    context = AdminContext(broker=broker._broker_actor, metadata=broker.metadata)
+    return respond(broker, all_routes(), context, "DELETE", f"/admin/v2/{domain}/{rest}", query)
 
 
 def test_delete_without_force_is_refused_while_clients_are_connected(

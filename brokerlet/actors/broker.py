@@ -1,25 +1,57 @@
-"""The broker actor: the topic registry and the broker's lifecycle."""
+"""The broker actor: the topic registry and the broker's lifecycle.
+
+It is also the one place topics come and go in the metadata store, so a topic created over
+the binary protocol and one deleted over HTTP at the same moment are serialised here: the
+metadata rules live in :mod:`brokerlet.metadata.topics`, this actor applies them.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pykka
 
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.connection import GetTopic
+from brokerlet.actors.connection import (
+    GetTopic,
+    LookupCheck,
+    PartitionedMetadata,
+    TopicsOfNamespace,
+)
+from brokerlet.actors.dispatcher import SUB_TYPE_NAMES
+from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.ratelimit import DispatchRateLimiter
 from brokerlet.actors.supervision import CursorState, TopicFailed, stop_quietly
-from brokerlet.actors.topic import IsIdle, TopicActor, TopicStats
+from brokerlet.actors.topic import CloseClients, IsIdle, Subscribe, TopicActor, TopicStats
 from brokerlet.config import Settings
+from brokerlet.metadata import MetadataStore, TopicName
+from brokerlet.metadata import topics as rules
+from brokerlet.metadata.policies import PolicyError
+from brokerlet.metadata.store import AlreadyExists, NotFound
 from brokerlet.storage import CursorStore, DiskStorage, Ledger, MemoryLedger
 from brokerlet.topicops import broker_side as topic_ops
 from brokerlet.topicops.nonpersistent import is_non_persistent
+from brokerlet.transport.protocol import pb
 
-__all__ = ["BrokerActor", "CloseIdleTopics", "GetAllStats", "GetTopic", "GetTopicStats"]
+__all__ = [
+    "BrokerActor",
+    "CloseIdleTopics",
+    "CreateTopic",
+    "DeleteTopic",
+    "GetAllStats",
+    "GetTopic",
+    "GetTopicStats",
+    "LookupCheck",
+    "PartitionedMetadata",
+    "TopicBusy",
+    "TopicsOfNamespace",
+    "UpdatePartitions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +69,51 @@ class CloseIdleTopics:
     """Close (never delete) every topic with no producer and no subscription."""
 
 
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    """Asked by the admin API: record a topic (``partitions`` 0: non-partitioned)."""
+
+    name: str
+    partitions: int
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatePartitions:
+    """Asked by the admin API: grow a partitioned topic to ``partitions``."""
+
+    name: str
+    partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    """Asked by the admin API: delete a topic (or, ``partitioned``, every partition and the
+    partitioned topic's metadata). Without ``force`` a topic with producers or consumers is
+    refused (:class:`TopicBusy`); with it they are closed first."""
+
+    name: str
+    force: bool = False
+    partitioned: bool = False
+
+
+class TopicBusy(Exception):  # noqa: N818 - Pulsar's TopicBusyException
+    """A topic still has producers or consumers connected."""
+
+
 class BrokerActor(GeventActor):
     """Owns the topics: each is created on first use (PRODUCER or SUBSCRIBE)."""
 
-    def __init__(self, settings: Settings, storage: DiskStorage | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        storage: DiskStorage | None = None,
+        metadata: MetadataStore | None = None,
+    ) -> None:
         super().__init__()
         self.settings = settings
         self.storage = storage
+        self._metadata = metadata
         self.topics: dict[str, pykka.ActorRef[TopicActor]] = {}
         # Memory ledgers outlive their topic actor: a replacement or a reopened topic reuses
         # them. Disk ledgers are reopened from storage, which hands back an open one.
@@ -56,9 +126,16 @@ class BrokerActor(GeventActor):
             settings.dispatch_throttling_rate_in_byte,
         )
 
+    @property
+    def metadata(self) -> MetadataStore:
+        # Made on first use, on the actor's hub: the store's lock belongs to that hub.
+        if self._metadata is None:
+            self._metadata = MetadataStore(None, cluster=self.settings.cluster_name)
+        return self._metadata
+
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, GetTopic):
-            return self._topic(message.name)
+            return self._topic(message.name, recovering=message.recovering)
         if isinstance(message, GetTopicStats):
             topic = self.topics.get(message.name)
             return None if topic is None else topic.ask(TopicStats())
@@ -72,6 +149,21 @@ class BrokerActor(GeventActor):
             return self._topic_failed(message)
         if isinstance(message, CloseIdleTopics):
             return self._close_idle_topics()
+        if isinstance(message, PartitionedMetadata):
+            return self._refusing(rules.partitioned_metadata, _parse(message.name))
+        if isinstance(message, LookupCheck):
+            refusal = rules.lookup_refusal(self.metadata, _parse(message.name))
+            if refusal is not None:
+                raise BrokerError(pb.ServerError.Value(refusal.code), refusal.message)
+            return None
+        if isinstance(message, TopicsOfNamespace):
+            return rules.topic_names(self.metadata, message.namespace, message.mode)
+        if isinstance(message, CreateTopic):
+            return self._create(message)
+        if isinstance(message, UpdatePartitions):
+            return self._update_partitions(message)
+        if isinstance(message, DeleteTopic):
+            return self._delete(message)
         if isinstance(message, topic_ops.BROKER_MESSAGES):
             return topic_ops.handle(self, message)
         raise TypeError(f"unexpected message {message!r}")
@@ -80,9 +172,20 @@ class BrokerActor(GeventActor):
         for topic in self.topics.values():
             stop_quietly(topic)
 
-    def _topic(self, name: str) -> pykka.ActorRef[TopicActor]:
+    def _refusing(self, rule: Any, name: TopicName) -> Any:
+        try:
+            return rule(self.metadata, self.settings, name)
+        except rules.Refused as refused:
+            raise BrokerError(pb.ServerError.Value(refused.code), refused.message) from None
+
+    def _topic(self, name: str, *, recovering: bool = False) -> pykka.ActorRef[TopicActor]:
         topic = self.topics.get(name)
         if topic is None:
+            parsed = _parse(name)
+            if recovering:
+                self._adopt(parsed)
+            else:
+                self._refusing(rules.admit, parsed)
             ledger: Ledger
             cursors: CursorStore | None = None
             if self.storage is not None and not is_non_persistent(name):
@@ -132,3 +235,104 @@ class BrokerActor(GeventActor):
         if closed:
             log.info("closed %d idle topic(s): %s", len(closed), ", ".join(closed[:10]))
         return closed
+
+    def _adopt(self, name: TopicName) -> None:
+        """A topic found in storage at start-up: make sure the metadata knows it."""
+        store = self.metadata
+        if rules.exists(store, name):
+            return
+        if name.tenant not in store.tenants:
+            info = {"adminRoles": [], "allowedClusters": [store.cluster]}
+            store.create_tenant(name.tenant, info)
+            log.warning("tenant %s recreated for stored topic %s", name.tenant, name)
+        if name.namespace not in store.namespaces:
+            store.create_namespace(name.namespace, {})
+            log.warning("namespace %s recreated for stored topic %s", name.namespace, name)
+        store.create_topic(name.full, name.namespace, 0, exist_ok=True)
+
+    # Admin operations.
+
+    def _create(self, message: CreateTopic) -> None:
+        name = _parse(message.name)
+        store = self.metadata
+        if name.namespace not in store.namespaces:
+            raise NotFound("Namespace does not exist")
+        if rules.exists(store, name) or name.full in self.topics:
+            raise AlreadyExists("This topic already exists")
+        store.create_topic(name.full, name.namespace, message.partitions, message.properties)
+
+    def _update_partitions(self, message: UpdatePartitions) -> None:
+        stored = self.metadata.topics.get(message.name)
+        if stored is not None and message.partitions < stored.partitions:
+            # Checked again here: two updates racing must not shrink the topic.
+            raise PolicyError(
+                422,
+                f"Expect partitions {message.partitions} can't less than current "
+                f"partitions {stored.partitions}.",
+            )
+        self.metadata.update_partitions(message.name, message.partitions)
+        if stored is not None:
+            self._copy_subscriptions(_parse(message.name), stored.partitions, message.partitions)
+
+    def _copy_subscriptions(self, name: TopicName, old: int, new: int) -> None:
+        """New partitions get partition 0's durable subscriptions, at their start, as
+        ``internalUpdatePartitionedTopicAsync`` does: nothing published to them before a
+        consumer finds them is lost to those subscriptions."""
+        first = self.topics.get(name.partition(0).full)
+        if first is None or new <= old:
+            return
+        stats: dict[str, Any] = first.ask(TopicStats(), block=True)
+        durable = [
+            (sub, stat.get("type"))
+            for sub, stat in stats.get("subscriptions", {}).items()
+            if stat.get("isDurable", True)
+        ]
+        kinds = {kind_name: kind for kind, kind_name in SUB_TYPE_NAMES.items()}
+        for index in range(old, new):
+            topic = self._topic(name.partition(index).full)
+            for sub, kind_name in durable:
+                kind = kinds.get(kind_name, pb.CommandSubscribe.Exclusive)
+                topic.ask(Subscribe(sub, kind, True, pb.CommandSubscribe.Earliest))
+
+    def _delete(self, message: DeleteTopic) -> None:
+        name = _parse(message.name)
+        store = self.metadata
+        stored = store.topics.get(name.full)
+        if message.partitioned:
+            if stored is None or stored.partitions == 0:
+                raise NotFound("Partitioned topic does not exist")
+            victims = [name.partition(i).full for i in range(stored.partitions)]
+        else:
+            if stored is not None and stored.partitions > 0:
+                raise AlreadyExists(f"{name} is a partitioned topic: delete its partitions")
+            if not rules.exists(store, name) and name.full not in self.topics:
+                raise NotFound("Topic not found")
+            victims = [name.full]
+        live = [(v, self.topics[v]) for v in victims if v in self.topics]
+        if not message.force:
+            for _, ref in live:
+                with contextlib.suppress(pykka.ActorDeadError):
+                    if ref.ask(CloseClients(close=False)):
+                        raise TopicBusy("Topic has active producers/subscriptions")
+        for victim, ref in live:
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.ask(CloseClients(close=True))
+            stop_quietly(ref)
+            del self.topics[victim]
+        for victim in victims:
+            # A deleted topic comes back empty: no kept memory ledger, no restored cursors.
+            self._memory_ledgers.pop(victim, None)
+            self._restored.pop(victim, None)
+        if self.storage is not None:
+            for victim in victims:
+                self.storage.delete_topic(victim)
+        if stored is not None:
+            store.delete_topic(name.full)
+        log.info("deleted topic %s%s", name, " (forced)" if message.force else "")
+
+
+def _parse(name: str) -> TopicName:
+    try:
+        return TopicName.parse(name)
+    except ValueError as error:
+        raise BrokerError(pb.InvalidTopicName, str(error)) from None

@@ -14,6 +14,7 @@ other actor ever asks a connection actor, so these waits cannot deadlock.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import re
@@ -56,6 +57,9 @@ from brokerlet.actors.topic import (
     Subscribe,
 )
 from brokerlet.config import Settings
+from brokerlet.metadata.listeners import Listener, UnknownListener, parse_listeners, pick_listener
+from brokerlet.metadata.naming import InvalidName, TopicName
+from brokerlet.metadata.topics import filter_by_pattern, topics_hash
 from brokerlet.storage.ledger import NewEntry
 from brokerlet.topicops.messages import EndOfTopicReached, ProducerClosedByBroker
 from brokerlet.topicops.wire import knows_end_of_topic, reached_end_of_topic
@@ -76,15 +80,24 @@ __all__ = ["ConnectionActor", "ConnectionLost", "Received", "valid_topic_name"]
 log = logging.getLogger(__name__)
 
 T = pb.BaseCommand
-_TOPIC_NAME = re.compile(r"^(persistent|non-persistent)://[^/\s]+/[^/\s]+/[^/\s]+$")
 _producer_names = itertools.count()
 NO_ID = 2**64 - 1
 """-1 as an unsigned 64-bit id: "no entry" in message ids and request ids."""
 
 
+@functools.lru_cache(maxsize=4)
+def listeners_of(setting: str) -> dict[str, Listener]:
+    """The parsed ``advertised_listeners`` (checked at start-up, so this cannot fail)."""
+    return parse_listeners(setting)
+
+
 def valid_topic_name(topic: str) -> bool:
     """A fully qualified ``persistent://tenant/namespace/topic`` name (the client normalises)."""
-    return bool(_TOPIC_NAME.match(topic))
+    try:
+        TopicName.parse(topic)
+    except InvalidName:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +120,38 @@ class _Producer:
 
 @dataclass(frozen=True, slots=True)
 class GetTopic:
-    """Asked of the broker actor: the topic's actor, created on first use."""
+    """Asked of the broker actor: the topic's actor, created on first use.
+
+    ``recovering``: a topic found in storage at start-up, admitted without the metadata's
+    existence rules (and recorded in the metadata if it was missing there).
+    """
 
     name: str
+    recovering: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionedMetadata:
+    """Asked of the broker actor: the topic's partition count (0: non-partitioned); a
+    partitioned topic may be auto-created. Raises BrokerError when refused."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class LookupCheck:
+    """Asked of the broker actor: returns when a binary LOOKUP of ``name`` may be answered,
+    raises BrokerError when not."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsOfNamespace:
+    """Asked of the broker actor: the namespace's full topic names (partitions expanded)."""
+
+    namespace: str
+    mode: int
 
 
 class ConnectionActor(GeventActor):
@@ -156,6 +198,7 @@ class ConnectionActor(GeventActor):
             T.UNSUBSCRIBE: self._unsubscribe,
             T.GET_LAST_MESSAGE_ID: self._get_last_message_id,
             T.SEEK: self._seek,
+            T.GET_TOPICS_OF_NAMESPACE: self._topics_of_namespace,
         }
 
     # Actor plumbing.
@@ -309,27 +352,69 @@ class ConnectionActor(GeventActor):
     def _partitioned_metadata(self, command: pb.BaseCommand) -> None:
         request = command.partitioned_metadata
         response = pb.CommandPartitionedTopicMetadataResponse(request_id=request.request_id)
-        if valid_topic_name(request.topic):
-            response.partitions = 0
+        try:
+            response.partitions = self.broker.ask(PartitionedMetadata(request.topic))
             response.response = pb.CommandPartitionedTopicMetadataResponse.Success
-        else:
+        except BrokerError as error:
             response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
-            response.error = pb.InvalidTopicName
-            response.message = f"Invalid topic name {request.topic!r}"
+            response.error = error.code
+            response.message = error.message
         self._send(T(type=T.PARTITIONED_METADATA_RESPONSE, partitioned_metadata_response=response))
 
     def _lookup(self, command: pb.BaseCommand) -> None:
         request = command.lookup
         response = pb.CommandLookupTopicResponse(request_id=request.request_id)
-        if valid_topic_name(request.topic):
-            response.response = pb.CommandLookupTopicResponse.Connect
-            response.broker_service_url = self.advertised_url
-            response.authoritative = True
-        else:
+        try:
+            self.broker.ask(LookupCheck(request.topic))
+            listener = pick_listener(
+                listeners_of(self.settings.advertised_listeners),
+                request.advertised_listener_name or None,
+                self.settings.internal_listener_name,
+            )
+        except BrokerError as error:
             response.response = pb.CommandLookupTopicResponse.Failed
-            response.error = pb.InvalidTopicName
-            response.message = f"Invalid topic name {request.topic!r}"
+            response.error = error.code
+            response.message = error.message
+        except UnknownListener as error:
+            response.response = pb.CommandLookupTopicResponse.Failed
+            response.error = pb.ServiceNotReady
+            response.message = str(error)
+        else:
+            response.response = pb.CommandLookupTopicResponse.Connect
+            response.authoritative = True
+            if listener is None:
+                response.broker_service_url = self.advertised_url
+            else:
+                if listener.service_url:
+                    response.broker_service_url = listener.service_url
+                if listener.service_url_tls:
+                    response.broker_service_url_tls = listener.service_url_tls
         self._send(T(type=T.LOOKUP_RESPONSE, lookup_response=response))
+
+    def _topics_of_namespace(self, command: pb.BaseCommand) -> None:
+        request = command.get_topics_of_namespace
+        response = pb.CommandGetTopicsOfNamespaceResponse(request_id=request.request_id)
+        names = self.broker.ask(TopicsOfNamespace(request.namespace, request.mode))
+        pattern = request.topics_pattern
+        if (
+            pattern
+            and self.settings.enable_broker_side_subscription_pattern_evaluation
+            and len(pattern) <= self.settings.subscription_pattern_max_length
+        ):
+            try:
+                names = filter_by_pattern(names, pattern)
+                response.filtered = True
+            except re.error:
+                pass  # a Java-only regex: the client filters, as it does without a pattern
+        digest = topics_hash(names)
+        response.topics_hash = digest
+        if request.HasField("topics_hash") and request.topics_hash == digest:
+            response.changed = False
+        else:
+            response.topics.extend(names)
+        self._send(
+            T(type=T.GET_TOPICS_OF_NAMESPACE_RESPONSE, get_topics_of_namespace_response=response)
+        )
 
     def _error(self, request_id: int, code: pb.ServerError.ValueType, message: str) -> None:
         self._send(
@@ -373,8 +458,8 @@ class ConnectionActor(GeventActor):
             )
             return
         name = request.producer_name or f"brokerlet-{next(_producer_names)}"
-        topic_ref = self._topic(request.topic)
         try:
+            topic_ref = self._topic(request.topic)
             topic_ref.ask(AddProducer(name, self.peer, self.actor_ref, request.producer_id))
         except BrokerError as error:
             self._error(request.request_id, error.code, error.message)
@@ -538,7 +623,11 @@ class ConnectionActor(GeventActor):
         start = None
         if request.HasField("start_message_id"):
             start = (request.start_message_id.ledger_id, request.start_message_id.entry_id)
-        topic_ref = self._topic(request.topic)
+        try:
+            topic_ref = self._topic(request.topic)
+        except BrokerError as error:
+            self._error(request_id, error.code, error.message)
+            return
         dispatcher = topic_ref.ask(
             Subscribe(
                 request.subscription, request.sub_type, durable, request.initial_position, start

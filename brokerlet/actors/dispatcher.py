@@ -115,6 +115,14 @@ class Seek:
 
 
 @dataclass(frozen=True, slots=True)
+class CloseConsumers:
+    """Asked: how many consumers are attached; with ``close``, also close each of them the
+    broker's way (CLOSE_CONSUMER; the client reconnects). Used before a topic is deleted."""
+
+    close: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerClosedByBroker:
     """Told to a connection actor: the broker closed this consumer (the client reconnects)."""
 
@@ -236,6 +244,7 @@ class Dispatcher:
             AddConsumer: self._add_consumer,
             RemoveConsumer: self._remove_consumer,
             Seek: self._seek,
+            CloseConsumers: self._close_consumers,
             HashesUnblocked: self._hashes_unblocked,
             BatchWritten: self._batch_written,
             PersistCursor: lambda _: self._persist_cursor(),
@@ -366,6 +375,15 @@ class Dispatcher:
             if consumer.connection is not message.requester and consumer.connection.actor:
                 consumer.connection.actor.tell(ConsumerClosedByBroker(consumer))
         return [c for c in closed if c.connection is message.requester]
+
+    def _close_consumers(self, message: CloseConsumers) -> int:
+        count = len(self.consumers)
+        if message.close:
+            for consumer in self.consumers:
+                consumer.detach()
+                if consumer.connection.actor:
+                    consumer.connection.actor.tell(ConsumerClosedByBroker(consumer))
+        return count
 
     def _pick_active(self) -> None:
         # Failover on a non-partitioned topic: the lowest priority level wins, then the

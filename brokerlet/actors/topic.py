@@ -19,6 +19,7 @@ import pykka
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.dispatcher import (
     CancelRead,
+    CloseConsumers,
     DispatcherActor,
     EntriesRead,
     GetStats,
@@ -113,6 +114,14 @@ class AddProducer:
 
 
 @dataclass(frozen=True, slots=True)
+class CloseClients:
+    """Asked before a topic is deleted: how many producers and consumers are connected;
+    with ``close``, each is closed the broker's way first (CLOSE_PRODUCER / CLOSE_CONSUMER)."""
+
+    close: bool
+
+
+@dataclass(frozen=True, slots=True)
 class RemoveProducer:
     name: str
 
@@ -202,6 +211,7 @@ class TopicActor(GeventActor):
             TopicStats: lambda _: self.stats(),
             DispatcherFailed: self._dispatcher_failed,
             IsIdle: lambda _: not (self.producers or self.subscriptions or self.waiting),
+            CloseClients: self._close_clients,
         }
         # Admin operations (terminate, unload, skip, peek, ...) and the non-persistent rule.
         self.ops = TopicOps(self)
@@ -319,6 +329,20 @@ class TopicActor(GeventActor):
     def _remove_producer(self, message: RemoveProducer) -> None:
         self.producers.pop(message.name, None)
         self.producer_connections.pop(message.name, None)
+
+    def _close_clients(self, message: CloseClients) -> int:
+        count = len(self.producers)
+        for dispatcher in list(self.subscriptions.values()):
+            with contextlib.suppress(pykka.ActorDeadError):
+                attached: int = dispatcher.ask(CloseConsumers(message.close), block=True)
+                count += attached
+        if message.close:
+            for connection in {id(c): c for c in self.producer_connections.values()}.values():
+                if connection is not None:
+                    tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+            self.producers.clear()
+            self.producer_connections.clear()
+        return count
 
     # Subscriptions.
 

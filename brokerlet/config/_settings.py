@@ -221,6 +221,44 @@ class Settings:
         "and no subscription; 0 = never.",
         alias="brokerDeleteInactiveTopicsFrequencySeconds", minimum=0,
     )
+
+    # Metadata, namespaces, partitioned topics and lookups (issue 12).
+    cluster_name: str = setting(
+        "standalone", "Name of the one cluster this broker forms (GET /admin/v2/clusters).",
+        alias="clusterName", non_empty=True,
+    )
+    allow_auto_topic_creation: bool = setting(
+        True, "Create a missing topic when a client uses it (namespaces may override).",
+        alias="allowAutoTopicCreation",
+    )
+    allow_auto_topic_creation_type: str = setting(
+        "non-partitioned", "Type of an auto-created topic.",
+        alias="allowAutoTopicCreationType", choices=("non-partitioned", "partitioned"),
+    )
+    default_num_partitions: int = setting(
+        1, "Partitions of an auto-created partitioned topic.",
+        alias="defaultNumPartitions", minimum=1,
+    )
+    max_num_partitions_per_partitioned_topic: int = setting(
+        0, "Most partitions a partitioned topic may have; 0 means no limit.",
+        alias="maxNumPartitionsPerPartitionedTopic", minimum=0,
+    )
+    advertised_listeners: str = setting(
+        "", "Named listeners for lookups: name:pulsar://host:port[,name:pulsar+ssl://...].",
+        alias="advertisedListeners",
+    )
+    internal_listener_name: str = setting(
+        "", "Listener answered to lookups that name none; empty means the first listener.",
+        alias="internalListenerName",
+    )
+    enable_broker_side_subscription_pattern_evaluation: bool = setting(
+        True, "Filter GET_TOPICS_OF_NAMESPACE answers by the client's regex pattern.",
+        alias="enableBrokerSideSubscriptionPatternEvaluation",
+    )
+    subscription_pattern_max_length: int = setting(
+        50, "Longest pattern evaluated broker-side; longer ones are not filtered.",
+        alias="subscriptionPatternMaxLength", minimum=0,
+    )
     # fmt: on
 
     def __post_init__(self) -> None:

@@ -470,21 +470,39 @@ class DiskStorage:
         known = self._known.get(name)
         return None if known is None else known[1]
 
-    def delete_topic(self, name: str) -> None:
-        """Close a topic's ledger and delete its files (a topic deleted over the admin API).
+    def delete_topic(self, name: str, timeout: float = 30.0) -> bool:
+        """Remove a topic's files once its ledger is closed; False when it had none.
 
-        Call from a greenlet; a later :meth:`open_topic` of the name starts a new ledger.
+        The directory is first renamed to ``<id>.new``, which start-up removes, so a crash
+        part-way leaves no half-deleted topic behind. Call from a greenlet, after the
+        topic's actor has stopped (its ledger closes as it stops).
         """
         ledger = self._open.get(name)
         if ledger is not None and not ledger.closed:
             ledger.close()
         closing = self._closing.get(name)
-        if closing is not None:
-            closing.wait()
-        known = self._known.pop(name, None)
-        if known is not None:
-            self._hub.threadpool.apply(shutil.rmtree, (known[1], True))
-            log.info("deleted storage of topic %r (ledger %d)", name, known[0])
+        if closing is not None and not closing.wait(timeout):
+            raise StorageError(f"topic {name!r}: files not closed within {timeout} s")
+
+        def remove() -> bool:
+            with self._create_lock:
+                known = self._known.pop(name, None)
+            if known is None:
+                return False
+            directory = known[1]
+            doomed = directory + ".new"
+            os.replace(directory, doomed)
+            self._ops.sync_dir(self._topics_dir)
+            shutil.rmtree(doomed, ignore_errors=True)
+            return True
+
+        try:
+            removed: bool = self._hub.threadpool.apply(remove)
+        except OSError as error:
+            raise StorageError(f"topic {name!r}: cannot delete: {_describe(error)}") from error
+        if removed:
+            log.info("deleted storage of topic %r", name)
+        return removed
 
     def flush(self, timeout: float = 30.0) -> None:
         """Write every topic's pending cursors and wait until everything submitted so far is

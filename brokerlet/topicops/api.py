@@ -9,14 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from brokerlet.actors.broker import DeleteTopic, TopicBusy
 from brokerlet.actors.connection import GetTopic
+from brokerlet.metadata.store import AlreadyExists, NotFound
 from brokerlet.topicops import stats as stats_shape
 from brokerlet.topicops.entries import StoredMessage
 from brokerlet.topicops.errors import TopicOpError, topic_not_found
 from brokerlet.topicops.messages import (
     CreateSubscription,
     DeleteSubscription,
-    DeleteTopic,
     ExamineMessage,
     ExpireMessages,
     FindTopic,
@@ -83,7 +84,15 @@ def unload_topic(broker: Any, name: str) -> None:
 
 
 def delete_topic(broker: Any, name: str, *, force: bool = False) -> None:
-    broker.ask(DeleteTopic(name, force), timeout=TIMEOUT)
+    """The broker actor's DeleteTopic, its refusals as Pulsar's statuses."""
+    try:
+        broker.ask(DeleteTopic(name, force=force), timeout=TIMEOUT)
+    except TopicBusy as busy:
+        raise TopicOpError(412, str(busy)) from None
+    except NotFound:
+        raise topic_not_found(name) from None
+    except AlreadyExists as exists:
+        raise TopicOpError(409, str(exists)) from None
 
 
 def list_subscriptions(broker: Any, name: str) -> list[str]:

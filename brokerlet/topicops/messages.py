@@ -11,7 +11,6 @@ __all__ = [
     "CloseConsumers",
     "CreateSubscription",
     "DeleteSubscription",
-    "DeleteTopic",
     "EndOfTopicReached",
     "ExamineMessage",
     "ExpireMessages",
@@ -23,7 +22,6 @@ __all__ = [
     "LastMessageId",
     "ListSubscriptions",
     "PeekMessage",
-    "PrepareDelete",
     "ProducerClosedByBroker",
     "ResetCursor",
     "SkipEntries",
@@ -43,14 +41,6 @@ class FindTopic:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
-class DeleteTopic:
-    """Delete a topic: refused (412) with clients connected unless ``force``."""
-
-    name: str
-    force: bool
-
-
 # Asked of the topic actor.
 
 
@@ -62,13 +52,6 @@ class TerminateTopic:
 @dataclass(frozen=True, slots=True)
 class UnloadTopic:
     """Close every producer and consumer (they reconnect); state stays stored."""
-
-
-@dataclass(frozen=True, slots=True)
-class PrepareDelete:
-    """Close every client (or refuse without ``force``) and forget every cursor."""
-
-    force: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,6 @@ from brokerlet.topicops.messages import (
     LastMessageId,
     ListSubscriptions,
     PeekMessage,
-    PrepareDelete,
     ProducerClosedByBroker,
     ResetCursor,
     SkipEntries,
@@ -142,7 +141,6 @@ class TopicOps:
             dispatcher_mod.SubscriptionClosed: on_closed,
             TerminateTopic: self._terminate,
             UnloadTopic: self._unload,
-            PrepareDelete: self._prepare_delete,
             CreateSubscription: self._create_subscription,
             DeleteSubscription: self._delete_subscription,
             ListSubscriptions: lambda _: sorted({*self.t.subscriptions, *self.t.saved}),
@@ -278,20 +276,6 @@ class TopicOps:
             producers,
             consumers,
         )
-
-    def _prepare_delete(self, message: PrepareDelete) -> None:
-        if not message.force:
-            busy = bool(self.t.producers)
-            for dispatcher in list(self.t.subscriptions.values()):
-                if dispatcher.ask(CloseConsumers(only_if_idle=True)):
-                    busy = True
-            if busy:
-                raise TopicOpError(412, "Topic has active producers/subscriptions")
-        self._close_producers()
-        for dispatcher in list(self.t.subscriptions.values()):
-            dispatcher.ask(CloseConsumers(forget_cursor=True))
-        for name in sorted({*self.t.subscriptions, *self.t.saved}):
-            self._drop_subscription(name, forget_cursor=True)
 
     # Subscriptions.
 

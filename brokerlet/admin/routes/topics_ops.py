@@ -17,7 +17,7 @@ from brokerlet.topicops import api
 from brokerlet.topicops.entries import StoredMessage
 from brokerlet.topicops.errors import TopicOpError
 
-__all__ = ["delete_topic_route", "routes"]
+__all__ = ["broker_stats_topics", "routes", "stats"]
 
 TOPIC = "/admin/v2/<domain:domain>/<seg:tenant>/<seg:namespace>/<seg:topic>"
 SUBSCRIPTION = TOPIC + "/subscription/<seg:subscription>"
@@ -63,7 +63,7 @@ def _bool(request: AdminRequest, field: str) -> bool:
 
 def _message_id(request: AdminRequest) -> tuple[tuple[int, int], bool] | None:
     """A ResetCursorData / MessageIdImpl body: ``{"ledgerId", "entryId", ...}``; None if empty."""
-    body = request.json()
+    body = request.json(None)
     if body is None:
         return None
     if not isinstance(body, dict):
@@ -235,12 +235,6 @@ def unload(request: AdminRequest, **path: str) -> object:
     return None
 
 
-@_guarded
-def delete_topic(request: AdminRequest, **path: str) -> object:
-    api.delete_topic(request.context.broker, _name(**path), force=_bool(request, "force"))
-    return None
-
-
 def broker_stats_topics(request: AdminRequest) -> object:
     all_stats = request.context.broker.ask(GetAllStats(), timeout=api.TIMEOUT)
     shaped = {name: api.topic_stats(request.context.broker, name) for name in all_stats}
@@ -249,7 +243,6 @@ def broker_stats_topics(request: AdminRequest) -> object:
 
 def routes() -> list[Route]:
     return [
-        Route(TOPIC + "/stats", ("GET",), stats),
         Route(TOPIC + "/partitioned-stats", ("GET",), partitioned_stats),
         Route(TOPIC + "/internalStats", ("GET",), internal_stats),
         Route(TOPIC + "/lastMessageId", ("GET",), last_message_id),
@@ -267,11 +260,9 @@ def routes() -> list[Route]:
         Route(TOPIC + "/ledger/<seg:ledger>/entry/<seg:entry>", ("GET",), message_by_id),
         Route(TOPIC + "/terminate", ("POST",), terminate),
         Route(TOPIC + "/unload", ("PUT",), unload),
-        Route("/admin/v2/broker-stats/topics", ("GET",), broker_stats_topics, auth="super"),
     ]
 
 
-def delete_topic_route() -> Route:
-    """DELETE ``/{topic}?force=``: issue 12a owns the topic create/delete routes; this one
-    (calling the same :func:`api.delete_topic`) is for tests and until 12a's lands."""
-    return Route(TOPIC, ("DELETE",), delete_topic)
+# GET /stats and /admin/v2/broker-stats/topics are mounted by routes/stats.py, which calls
+# stats() and broker_stats_topics() here when the app has a broker actor. DELETE /{topic}
+# is routes/topics.py's (the broker actor's DeleteTopic).

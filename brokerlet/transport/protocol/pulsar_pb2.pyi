@@ -1433,6 +1433,86 @@ class CommandActiveConsumerChange(_message.Message):
 Global___CommandActiveConsumerChange: _TypeAlias = CommandActiveConsumerChange  # noqa: Y015
 
 @_typing.final
+class CommandGetTopicsOfNamespace(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Mode:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _ModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[CommandGetTopicsOfNamespace._Mode.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        PERSISTENT: CommandGetTopicsOfNamespace._Mode.ValueType  # 0
+        NON_PERSISTENT: CommandGetTopicsOfNamespace._Mode.ValueType  # 1
+        ALL: CommandGetTopicsOfNamespace._Mode.ValueType  # 2
+
+    class Mode(_Mode, metaclass=_ModeEnumTypeWrapper): ...
+    PERSISTENT: CommandGetTopicsOfNamespace.Mode.ValueType  # 0
+    NON_PERSISTENT: CommandGetTopicsOfNamespace.Mode.ValueType  # 1
+    ALL: CommandGetTopicsOfNamespace.Mode.ValueType  # 2
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    TOPICS_PATTERN_FIELD_NUMBER: _builtins.int
+    TOPICS_HASH_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    namespace: _builtins.str
+    mode: Global___CommandGetTopicsOfNamespace.Mode.ValueType
+    topics_pattern: _builtins.str
+    topics_hash: _builtins.str
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int | None = ...,
+        namespace: _builtins.str | None = ...,
+        mode: Global___CommandGetTopicsOfNamespace.Mode.ValueType | None = ...,
+        topics_pattern: _builtins.str | None = ...,
+        topics_hash: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "namespace", b"namespace", "request_id", b"request_id", "topics_hash", b"topics_hash", "topics_pattern", b"topics_pattern"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "namespace", b"namespace", "request_id", b"request_id", "topics_hash", b"topics_hash", "topics_pattern", b"topics_pattern"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandGetTopicsOfNamespace: _TypeAlias = CommandGetTopicsOfNamespace  # noqa: Y015
+
+@_typing.final
+class CommandGetTopicsOfNamespaceResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    FILTERED_FIELD_NUMBER: _builtins.int
+    TOPICS_HASH_FIELD_NUMBER: _builtins.int
+    CHANGED_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    filtered: _builtins.bool
+    """true when the broker applied topics_pattern; false: the client filters."""
+    topics_hash: _builtins.str
+    changed: _builtins.bool
+    """false (with no topics) when topics_hash matched the client's."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int | None = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        filtered: _builtins.bool | None = ...,
+        topics_hash: _builtins.str | None = ...,
+        changed: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed", "filtered", b"filtered", "request_id", b"request_id", "topics_hash", b"topics_hash"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed", "filtered", b"filtered", "request_id", b"request_id", "topics", b"topics", "topics_hash", b"topics_hash"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandGetTopicsOfNamespaceResponse: _TypeAlias = CommandGetTopicsOfNamespaceResponse  # noqa: Y015
+
+@_typing.final
 class CommandSuccess(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1641,6 +1721,8 @@ class BaseCommand(_message.Message):
     GET_LAST_MESSAGE_ID_FIELD_NUMBER: _builtins.int
     GET_LAST_MESSAGE_ID_RESPONSE_FIELD_NUMBER: _builtins.int
     ACTIVE_CONSUMER_CHANGE_FIELD_NUMBER: _builtins.int
+    GET_TOPICS_OF_NAMESPACE_FIELD_NUMBER: _builtins.int
+    GET_TOPICS_OF_NAMESPACE_RESPONSE_FIELD_NUMBER: _builtins.int
     type: Global___BaseCommand.Type.ValueType
     @_builtins.property
     def connect(self) -> Global___CommandConnect: ...
@@ -1696,6 +1778,10 @@ class BaseCommand(_message.Message):
     def get_last_message_id_response(self) -> Global___CommandGetLastMessageIdResponse: ...
     @_builtins.property
     def active_consumer_change(self) -> Global___CommandActiveConsumerChange: ...
+    @_builtins.property
+    def get_topics_of_namespace(self) -> Global___CommandGetTopicsOfNamespace: ...
+    @_builtins.property
+    def get_topics_of_namespace_response(self) -> Global___CommandGetTopicsOfNamespaceResponse: ...
     def __init__(
         self,
         *,
@@ -1727,10 +1813,12 @@ class BaseCommand(_message.Message):
         get_last_message_id: Global___CommandGetLastMessageId | None = ...,
         get_last_message_id_response: Global___CommandGetLastMessageIdResponse | None = ...,
         active_consumer_change: Global___CommandActiveConsumerChange | None = ...,
+        get_topics_of_namespace: Global___CommandGetTopicsOfNamespace | None = ...,
+        get_topics_of_namespace_response: Global___CommandGetTopicsOfNamespaceResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "get_topics_of_namespace", b"get_topics_of_namespace", "get_topics_of_namespace_response", b"get_topics_of_namespace_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "get_topics_of_namespace", b"get_topics_of_namespace", "get_topics_of_namespace_response", b"get_topics_of_namespace_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

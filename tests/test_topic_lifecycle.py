@@ -1,0 +1,444 @@
+"""Topic deletion (with and without force), GET_TOPICS_OF_NAMESPACE on the wire, metadata
+surviving a restart of ``brokerlet serve``, and concurrent create/delete staying consistent.
+
+Deletion follows ``PersistentTopicsBase#internalDeleteTopic``: without ``force`` a topic with
+connected producers or consumers is refused (412 ``Topic has active
+producers/subscriptions``); with it the broker closes them first (CLOSE_PRODUCER /
+CLOSE_CONSUMER), and clients reconnect.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import gevent
+import gevent.socket
+import pulsar
+import pytest
+import requests
+
+from brokerlet import Broker, Client
+from brokerlet.metadata import TopicName
+from brokerlet.metadata.topics import exists
+from brokerlet.transport.protocol import pb
+from tests.rawclient import RawClient
+
+T = pb.BaseCommand
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[Broker]:
+    with Broker(port=0) as running:
+        yield running
+
+
+@pytest.fixture
+def web(broker: Broker) -> str:
+    assert broker.web_service_url is not None
+    return broker.web_service_url
+
+
+def local_name() -> str:
+    return f"public/default/life-{next(_names)}"
+
+
+def test_delete_without_force_refuses_a_topic_with_a_producer(broker: Broker, web: str) -> None:
+    local = local_name()
+    raw = RawClient(broker.address)
+    try:
+        raw.handshake()
+        raw.create_producer(f"persistent://{local}", 1)
+
+        reply = requests.delete(f"{web}/admin/v2/persistent/{local}", timeout=10)
+
+        assert reply.status_code == 412
+        assert reply.json() == {"reason": "Topic has active producers/subscriptions"}
+        raw.produce(1, 0, b"still there")  # untouched
+    finally:
+        raw.close()
+
+
+def test_delete_with_force_closes_producers_and_consumers_first(broker: Broker, web: str) -> None:
+    local = local_name()
+    topic = f"persistent://{local}"
+    raw = RawClient(broker.address)
+    try:
+        raw.handshake()
+        raw.create_producer(topic, 1)
+        raw.subscribe(topic, "sub", 7)
+        raw.produce(1, 0, b"gone soon")
+
+        reply = requests.delete(f"{web}/admin/v2/persistent/{local}?force=true", timeout=10)
+
+        assert reply.status_code == 204
+        frames = [raw.recv_frame().command for _ in range(2)]
+        closed = {
+            (
+                c.type,
+                c.close_producer.producer_id
+                if c.type == T.CLOSE_PRODUCER
+                else c.close_consumer.consumer_id,
+            )
+            for c in frames
+        }
+        assert closed == {(T.CLOSE_PRODUCER, 1), (T.CLOSE_CONSUMER, 7)}
+        assert broker.topic_stats(topic) is None
+        assert (
+            topic
+            not in requests.get(f"{web}/admin/v2/persistent/public/default", timeout=10).json()
+        )
+    finally:
+        raw.close()
+
+
+def test_official_clients_reconnect_after_a_forced_delete(broker: Broker, web: str) -> None:
+    local = local_name()
+    topic = f"persistent://{local}"
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=5)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        consumer = client.subscribe(topic, "sub")
+        producer.send(b"before")
+        assert consumer.receive(5000).data() == b"before"
+
+        assert requests.delete(f"{web}/admin/v2/persistent/{local}?force=true", timeout=10).ok
+
+        # Both reconnect; auto-creation brings the (new, empty) topic back.
+        end = time.monotonic() + 15
+        received = None
+        while received is None and time.monotonic() < end:
+            producer.send(b"after")
+            try:
+                received = consumer.receive(500).data()
+            except pulsar.Timeout:
+                continue
+        assert received == b"after"
+    finally:
+        client.close()
+
+
+def test_deleting_a_partitioned_topic_with_consumers(broker: Broker, web: str) -> None:
+    local = local_name()
+    topic = f"persistent://{local}"
+    assert requests.put(f"{web}/admin/v2/persistent/{local}/partitions", json=2, timeout=10).ok
+    raw = RawClient(broker.address)
+    try:
+        raw.handshake()
+        raw.subscribe(f"{topic}-partition-1", "sub", 3)
+
+        refused = requests.delete(f"{web}/admin/v2/persistent/{local}/partitions", timeout=10)
+        forced = requests.delete(
+            f"{web}/admin/v2/persistent/{local}/partitions?force=true", timeout=10
+        )
+
+        assert refused.status_code == 412
+        assert forced.status_code == 204
+        assert raw.expect(T.CLOSE_CONSUMER).close_consumer.consumer_id == 3
+        meta = requests.get(f"{web}/admin/v2/persistent/{local}/partitions", timeout=10).json()
+        assert meta["partitions"] == 0
+    finally:
+        raw.close()
+
+
+# GET_TOPICS_OF_NAMESPACE on the wire.
+
+
+def get_topics(
+    raw: RawClient, mode: int, pattern: str = "", topics_hash: str | None = None
+) -> pb.CommandGetTopicsOfNamespaceResponse:
+    request = pb.CommandGetTopicsOfNamespace(request_id=99, namespace="public/listing", mode=mode)  # type: ignore[arg-type]
+    if pattern:
+        request.topics_pattern = pattern
+    if topics_hash is not None:
+        request.topics_hash = topics_hash
+    raw.send_command(T(type=T.GET_TOPICS_OF_NAMESPACE, get_topics_of_namespace=request))
+    return raw.expect(T.GET_TOPICS_OF_NAMESPACE_RESPONSE).get_topics_of_namespace_response
+
+
+def test_get_topics_of_namespace_by_mode_pattern_and_hash(broker: Broker, web: str) -> None:
+    requests.put(f"{web}/admin/v2/namespaces/public/listing", timeout=10)
+    requests.put(f"{web}/admin/v2/persistent/public/listing/alpha", timeout=10)
+    requests.put(f"{web}/admin/v2/persistent/public/listing/beta/partitions", json=2, timeout=10)
+    requests.put(f"{web}/admin/v2/non-persistent/public/listing/gamma", timeout=10)
+    mode = pb.CommandGetTopicsOfNamespace
+    raw = RawClient(broker.address)
+    try:
+        raw.handshake()
+        persistent = get_topics(raw, mode.PERSISTENT)
+        volatile = get_topics(raw, mode.NON_PERSISTENT)
+        every = get_topics(raw, mode.ALL)
+        filtered = get_topics(raw, mode.ALL, pattern="persistent://public/listing/b.*")
+        same = get_topics(raw, mode.PERSISTENT, topics_hash=persistent.topics_hash)
+    finally:
+        raw.close()
+
+    assert list(persistent.topics) == [
+        "persistent://public/listing/alpha",
+        "persistent://public/listing/beta-partition-0",
+        "persistent://public/listing/beta-partition-1",
+    ]
+    assert not persistent.filtered
+    assert list(volatile.topics) == ["non-persistent://public/listing/gamma"]
+    assert len(every.topics) == 4
+    assert filtered.filtered
+    assert list(filtered.topics) == [
+        "persistent://public/listing/beta-partition-0",
+        "persistent://public/listing/beta-partition-1",
+    ]
+    assert (same.changed, list(same.topics)) == (False, [])
+
+
+def test_partitioned_metadata_and_lookup_refusals_on_the_wire(broker: Broker) -> None:
+    raw = RawClient(broker.address)
+    try:
+        raw.handshake()
+        raw.send_command(
+            T(
+                type=T.PARTITIONED_METADATA,
+                partitioned_metadata=pb.CommandPartitionedTopicMetadata(
+                    topic="persistent://ghost/ns/t", request_id=1
+                ),
+            )
+        )
+        metadata = raw.expect(T.PARTITIONED_METADATA_RESPONSE).partitioned_metadata_response
+        raw.send_command(
+            T(
+                type=T.LOOKUP,
+                lookup=pb.CommandLookupTopic(topic="persistent://ghost/ns/t", request_id=2),
+            )
+        )
+        lookup = raw.expect(T.LOOKUP_RESPONSE).lookup_response
+        raw.send_command(
+            T(
+                type=T.LOOKUP,
+                lookup=pb.CommandLookupTopic(
+                    topic="persistent://public/default/t",
+                    request_id=3,
+                    advertised_listener_name="nope",
+                ),
+            )
+        )
+        listener = raw.expect(T.LOOKUP_RESPONSE).lookup_response
+    finally:
+        raw.close()
+
+    assert (metadata.response, metadata.error) == (metadata.Failed, pb.TopicNotFound)
+    # TopicLookupBase: a namespace without policies fails the lookup with MetadataError.
+    assert (lookup.response, lookup.error) == (lookup.Failed, pb.MetadataError)
+    assert (listener.response, listener.error) == (listener.Failed, pb.ServiceNotReady)
+    assert listener.message == "the broker do not have nope listener"
+
+
+# Restart.
+
+
+def _serve(data_dir: Path, port: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "brokerlet",
+            "serve",
+            "--port",
+            "0",
+            "--web-service-port",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def _web_url(process: subprocess.Popen[str]) -> str:
+    assert process.stdout is not None
+    end = time.monotonic() + 20
+    seen = []
+    while time.monotonic() < end:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        match = re.search(r"brokerlet stats on (http://\S+)", line)
+        if match:
+            # Keep draining the pipe so the broker never blocks on a full one.
+            threading.Thread(target=process.stdout.read, daemon=True).start()
+            return match.group(1)
+    process.kill()
+    raise AssertionError(f"brokerlet serve did not start: {''.join(seen)[-2000:]}")
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        assert process.wait(15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def test_metadata_survives_a_restart_of_brokerlet_serve(tmp_path: Path) -> None:
+    first = _serve(tmp_path, 0)
+    try:
+        web = _web_url(first)
+        assert requests.put(f"{web}/admin/v2/tenants/acme", json={}, timeout=10).status_code == 204
+        assert requests.put(f"{web}/admin/v2/namespaces/acme/app", timeout=10).status_code == 204
+        requests.post(f"{web}/admin/v2/namespaces/acme/app/messageTTL", json=90, timeout=10)
+        put = requests.put(
+            f"{web}/admin/v2/persistent/acme/app/jobs/partitions", json=3, timeout=10
+        )
+        assert put.status_code == 204
+    finally:
+        _stop(first)
+
+    second = _serve(tmp_path, 0)
+    try:
+        web = _web_url(second)
+        assert "acme" in requests.get(f"{web}/admin/v2/tenants", timeout=10).json()
+        ttl = requests.get(f"{web}/admin/v2/namespaces/acme/app/messageTTL", timeout=10).json()
+        partitions = requests.get(
+            f"{web}/admin/v2/persistent/acme/app/jobs/partitions", timeout=10
+        ).json()
+    finally:
+        _stop(second)
+
+    assert ttl == 90
+    assert partitions["partitions"] == 3
+
+
+def test_a_corrupt_metadata_file_stops_brokerlet_serve(tmp_path: Path) -> None:
+    first = _serve(tmp_path, 0)
+    _web_url(first)
+    _stop(first)
+    (tmp_path / "metadata.db").write_bytes(b"garbage" * 1000)
+    for extra in ("metadata.db-wal", "metadata.db-shm"):
+        (tmp_path / extra).unlink(missing_ok=True)
+
+    second = _serve(tmp_path, 0)
+    output, _ = second.communicate(timeout=20)
+
+    assert second.returncode != 0
+    assert "brokerlet: cannot use the metadata store" in output
+    assert "corrupt" in output
+
+
+def test_disk_topics_and_their_metadata_are_deleted_together(tmp_path: Path) -> None:
+    with Broker(port=0, storage="disk", data_dir=str(tmp_path)) as disk:
+        web = disk.web_service_url
+        client = pulsar.Client(disk.service_url, operation_timeout_seconds=5)
+        try:
+            client.create_producer("persistent://public/default/kept").send(b"x")
+        finally:
+            client.close()
+        assert requests.delete(f"{web}/admin/v2/persistent/public/default/kept", timeout=10).ok
+    with Broker(port=0, storage="disk", data_dir=str(tmp_path)) as again:
+        listed = requests.get(
+            f"{again.web_service_url}/admin/v2/persistent/public/default", timeout=10
+        )
+        assert listed.json() == []
+        assert again.stats() == {}
+
+
+# Concurrency.
+
+
+def _http(address: tuple[str, int], method: str, path: str) -> int:
+    """One HTTP/1.0 request over a gevent socket (the test's greenlets must not block the hub);
+    returns the status. The admin server closes every connection after its answer."""
+    sock = gevent.socket.create_connection(address, timeout=10)
+    try:
+        sock.sendall(f"{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    finally:
+        sock.close()
+    return int(answer.split(b" ", 2)[1])
+
+
+def test_concurrent_create_and_delete_over_http_and_the_protocol_stay_consistent(
+    broker: Broker, web: str
+) -> None:
+    """Many greenlets create, use and delete the same few topics at once, over both paths.
+
+    Afterwards the listing is exactly the metadata and every live topic has metadata: the
+    broker actor serialises the two paths.
+    """
+    address = (web.split("//")[1].split(":", maxsplit=1)[0], int(web.rsplit(":", 1)[1]))
+    topics = [f"public/default/race-{next(_names)}" for _ in range(3)]
+    statuses: list[int] = []
+    client = Client(broker.service_url, operation_timeout_seconds=10)
+
+    def http_worker(seed: int) -> None:
+        for i in range(10):
+            path = f"/admin/v2/persistent/{topics[(seed + i) % len(topics)]}"
+            if (seed + i) % 2:
+                statuses.append(_http(address, "PUT", path))
+            else:
+                statuses.append(_http(address, "DELETE", f"{path}?force=true"))
+
+    def protocol_worker(seed: int) -> None:
+        for i in range(8):
+            local = topics[(seed + i) % len(topics)]
+            try:
+                producer = client.create_producer(f"persistent://{local}")
+                producer.close()
+            except Exception:  # closed or refused by a concurrent forced delete: allowed
+                continue
+
+    workers = [gevent.spawn(http_worker, n) for n in range(20)]
+    workers += [gevent.spawn(protocol_worker, n) for n in range(10)]
+    try:
+        gevent.joinall(workers, timeout=45, raise_error=True)
+        assert all(w.dead for w in workers), "a worker hung"
+    finally:
+        client.close()
+
+    assert set(statuses) <= {204, 404, 409}, statuses
+    listed = set(requests.get(f"{web}/admin/v2/persistent/public/default", timeout=10).json())
+    live = set(broker.stats())
+    store = broker.metadata
+    assert store is not None
+    for local in topics:
+        name = f"persistent://{local}"
+        in_store = exists(store, TopicName.parse(name))
+        assert (name in listed) == in_store, name
+        if name in live:
+            assert in_store, f"{name} is served but has no metadata"
+
+
+def test_a_bad_listener_setting_stops_brokerlet_serve_with_the_key(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "brokerlet",
+            "serve",
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path),
+            "--advertised-listeners",
+            "oops",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+    assert done.returncode == 2
+    assert "brokerlet: bad setting: advertised_listeners = 'oops'" in done.stderr
