@@ -723,3 +723,23 @@ def test_operations_reopen_a_stored_topic_closed_while_idle(tmp_path: Any) -> No
         latest = get(running, topic, "/examinemessage?initialPosition=latest&messagePosition=1")
         assert latest.content == b"m1"
         assert running.last_message_id(topic)["entryId"] == 1
+
+
+def test_partitioned_stats_of_a_partitioned_topic_made_over_rest(
+    broker: Broker, client: pulsar.Client
+) -> None:
+    topic = "persistent://public/default/rest-partitioned-stats"
+    created = put(broker, topic, "/partitions", json=2)
+    assert created.status_code == 204, created.text
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(6):
+        producer.send(f"p{i}".encode())
+    merged = get(broker, topic, "/partitioned-stats?perPartition=true").json()
+    assert merged["metadata"] == {"partitions": 2}
+    assert merged["msgInCounter"] == 6
+    assert sorted(merged["partitions"]) == [f"{topic}-partition-0", f"{topic}-partition-1"]
+    assert get(broker, topic, "/partitioned-stats?perPartition=false").json()["partitions"] == {}
+    refused = post(broker, topic, "/terminate")
+    assert refused.status_code == 405
+    assert put(broker, topic, "/unload").status_code == 204
+    producer.send(b"after unload")  # every partition's producer reconnected
