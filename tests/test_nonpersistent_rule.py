@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from brokerlet.actors.consumer import PermitTotal
-from brokerlet.actors.dispatcher import ReadEntries, ReadIds
+from brokerlet.actors.messages import AckDropped, ReadEntries, ReadIds
+from brokerlet.dispatch.permits import PermitTotal
 from brokerlet.storage.ledger import Entry, MemoryLedger, NewEntry
-from brokerlet.topicops.messages import AckDropped
 from brokerlet.topicops.nonpersistent import NonPersistentRule
 
 
@@ -84,12 +83,16 @@ def test_replay_reads_answer_nothing_and_count_the_drop() -> None:
     ledger, rule, replies = make()
     permits = PermitTotal()
     permits.add(10)
-    rule.subscribed("a", Recorder(), permits)
+    dispatcher = Recorder()
+    rule.subscribed("a", dispatcher, permits)
     rule.subscribed("b", Recorder(), PermitTotal())
     publish(ledger, rule, 2)
     rule.read_ids(ReadIds("a", 3, [0, 1], None))
     assert replies[-1] == (3, [], True)
     assert rule.dropped("a")[0] == 2
+    # Settled for the subscription, so its dispatcher drops them from its replay set
+    # (before, a replay of ids nobody will ever acknowledge was asked for again and again).
+    assert dispatcher.told[-1] == AckDropped([0, 1])
 
 
 def test_entries_stay_until_the_slowest_keeping_subscription_read_them() -> None:

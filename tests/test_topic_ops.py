@@ -26,7 +26,7 @@ from brokerlet.admin.rest import AdminApp, AdminContext
 from brokerlet.admin.routes import all_routes
 from brokerlet.topicops import TopicOpError
 from brokerlet.transport.protocol import PROTOCOL_VERSION, pb
-from tests.rawclient import RawClient
+from brokerlet.testing.rawclient import RawClient
 
 T = pb.BaseCommand
 HTTP_TIMEOUT = 10

@@ -10,25 +10,37 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import pykka
 
+from brokerlet.actors import stats_reader
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.connection import (
-    GetTopic,
-    LookupCheck,
-    PartitionedMetadata,
-    TopicsOfNamespace,
-)
-from brokerlet.actors.dispatcher import SUB_TYPE_NAMES
 from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.ratelimit import DispatchRateLimiter
-from brokerlet.actors.supervision import CursorState, TopicFailed, stop_quietly
-from brokerlet.actors.topic import CloseClients, IsIdle, Subscribe, TopicActor, TopicStats
+from brokerlet.actors.messages import (
+    CloseClients,
+    CloseIdleTopics,
+    CreateTopic,
+    DeleteTopic,
+    FindTopic,
+    GetTopic,
+    IsIdle,
+    ListTopics,
+    LookupCheck,
+    OpenTopic,
+    PartitionedMetadata,
+    Subscribe,
+    TopicFailed,
+    TopicsOfNamespace,
+    UnexpectedMessage,
+    UpdatePartitions,
+)
+from brokerlet.actors.supervision import CursorState, stop_quietly
+from brokerlet.actors.topic import TopicActor
 from brokerlet.config import Settings
+from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
+from brokerlet.dispatch.ratelimit import DispatchRateLimiter
+from brokerlet.dispatch.strategy import SUB_TYPE_NAMES
 from brokerlet.metadata import MetadataStore, TopicName
 from brokerlet.metadata import topics as rules
 from brokerlet.metadata.policies import PolicyError
@@ -43,9 +55,7 @@ __all__ = [
     "CloseIdleTopics",
     "CreateTopic",
     "DeleteTopic",
-    "GetAllStats",
     "GetTopic",
-    "GetTopicStats",
     "LookupCheck",
     "PartitionedMetadata",
     "TopicBusy",
@@ -54,47 +64,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class GetTopicStats:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-class GetAllStats:
-    pass
-
-
-class CloseIdleTopics:
-    """Close (never delete) every topic with no producer and no subscription."""
-
-
-@dataclass(frozen=True, slots=True)
-class CreateTopic:
-    """Asked by the admin API: record a topic (``partitions`` 0: non-partitioned)."""
-
-    name: str
-    partitions: int
-    properties: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class UpdatePartitions:
-    """Asked by the admin API: grow a partitioned topic to ``partitions``."""
-
-    name: str
-    partitions: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteTopic:
-    """Asked by the admin API: delete a topic (or, ``partitioned``, every partition and the
-    partitioned topic's metadata). Without ``force`` a topic with producers or consumers is
-    refused (:class:`TopicBusy`); with it they are closed first."""
-
-    name: str
-    force: bool = False
-    partitioned: bool = False
 
 
 class TopicBusy(Exception):  # noqa: N818 - Pulsar's TopicBusyException
@@ -109,9 +78,11 @@ class BrokerActor(GeventActor):
         settings: Settings,
         storage: DiskStorage | None = None,
         metadata: MetadataStore | None = None,
+        dispatch_options: DispatchOptions = DEFAULT_OPTIONS,
     ) -> None:
         super().__init__()
         self.settings = settings
+        self.dispatch_options = dispatch_options
         self.storage = storage
         self._metadata = metadata
         self.topics: dict[str, pykka.ActorRef[TopicActor]] = {}
@@ -136,15 +107,10 @@ class BrokerActor(GeventActor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, GetTopic):
             return self._topic(message.name, recovering=message.recovering)
-        if isinstance(message, GetTopicStats):
-            topic = self.topics.get(message.name)
-            return None if topic is None else topic.ask(TopicStats())
-        if isinstance(message, GetAllStats):
-            stats = {}
-            for name, ref in list(self.topics.items()):
-                with contextlib.suppress(pykka.ActorDeadError):
-                    stats[name] = ref.ask(TopicStats())
-            return stats
+        if isinstance(message, FindTopic):
+            return self.topics.get(message.name)
+        if isinstance(message, ListTopics):
+            return dict(self.topics)
         if isinstance(message, TopicFailed):
             return self._topic_failed(message)
         if isinstance(message, CloseIdleTopics):
@@ -164,9 +130,9 @@ class BrokerActor(GeventActor):
             return self._update_partitions(message)
         if isinstance(message, DeleteTopic):
             return self._delete(message)
-        if isinstance(message, topic_ops.BROKER_MESSAGES):
-            return topic_ops.handle(self, message)
-        raise TypeError(f"unexpected message {message!r}")
+        if isinstance(message, OpenTopic):
+            return topic_ops.open_topic(self, message.name)
+        raise UnexpectedMessage(self, message)
 
     def on_stop(self) -> None:
         for topic in self.topics.values():
@@ -203,6 +169,7 @@ class BrokerActor(GeventActor):
                 cursors,
                 supervisor=self.actor_ref,
                 restored=self._restored.pop(name, None),
+                dispatch_options=self.dispatch_options,
             )
             self.topics[name] = topic
             log.info("opened topic %s (ledger %d)", name, ledger.ledger_id)
@@ -225,7 +192,7 @@ class BrokerActor(GeventActor):
             return closed
         for name, ref in list(self.topics.items()):
             try:
-                idle = ref.ask(IsIdle(), timeout=5)
+                idle = ref.ask(IsIdle(), block=True, timeout=5)
             except (pykka.ActorDeadError, pykka.Timeout):
                 continue
             if idle and self.topics.get(name) is ref:
@@ -281,7 +248,7 @@ class BrokerActor(GeventActor):
         first = self.topics.get(name.partition(0).full)
         if first is None or new <= old:
             return
-        stats: dict[str, Any] = first.ask(TopicStats(), block=True)
+        stats = stats_reader.of_topic(first)  # an admin operation: waiting here is fine
         durable = [
             (sub, stat.get("type"))
             for sub, stat in stats.get("subscriptions", {}).items()

@@ -6,37 +6,45 @@ Each function runs on a greenlet of the broker's hub and blocks on actor asks. F
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from brokerlet.actors.broker import DeleteTopic, TopicBusy
-from brokerlet.actors.connection import GetTopic
-from brokerlet.metadata.store import AlreadyExists, NotFound
-from brokerlet.topicops import stats as stats_shape
-from brokerlet.topicops.entries import StoredMessage
-from brokerlet.topicops.errors import TopicOpError, topic_not_found
-from brokerlet.topicops.messages import (
+import pykka
+
+from brokerlet.actors import stats_reader
+from brokerlet.actors.broker import TopicBusy
+from brokerlet.actors.messages import (
     CreateSubscription,
     DeleteSubscription,
+    DeleteTopic,
     ExamineMessage,
     ExpireMessages,
-    FindTopic,
-    FullStats,
     GetMessage,
+    GetStats,
+    GetTopic,
     InternalStats,
     LastMessageId,
     ListSubscriptions,
+    ListTopics,
+    OpenTopic,
     PeekMessage,
     ResetCursor,
     SkipEntries,
     TerminateTopic,
     UnloadTopic,
 )
+from brokerlet.metadata.store import AlreadyExists, NotFound
+from brokerlet.topicops import stats as stats_shape
+from brokerlet.topicops.entries import StoredMessage
+from brokerlet.topicops.errors import TopicOpError, topic_not_found
+from brokerlet.topicops.nonpersistent import is_non_persistent
 
 __all__ = [
     "create_subscription",
     "delete_subscription",
     "delete_topic",
+    "every_topic_stats",
     "examine_message",
     "expire_messages",
     "get_message_by_id",
@@ -59,7 +67,7 @@ TIMEOUT = 30.0
 
 
 def _topic(broker: Any, name: str) -> Any:
-    topic = broker.ask(FindTopic(name), timeout=TIMEOUT)
+    topic = broker.ask(OpenTopic(name), timeout=TIMEOUT)
     if topic is None:
         raise topic_not_found(name)
     return topic
@@ -70,7 +78,7 @@ def _ask(broker: Any, name: str, message: object) -> Any:
 
 
 def exists(broker: Any, name: str) -> bool:
-    return broker.ask(FindTopic(name), timeout=TIMEOUT) is not None
+    return broker.ask(OpenTopic(name), timeout=TIMEOUT) is not None
 
 
 def terminate_topic(broker: Any, name: str) -> tuple[int, int]:
@@ -168,13 +176,43 @@ def get_message_by_id(broker: Any, name: str, ledger_id: int, entry_id: int) -> 
 
 
 def internal_stats(broker: Any, name: str) -> dict[str, Any]:
-    result: dict[str, Any] = _ask(broker, name, InternalStats())
+    """PersistentTopicInternalStats: the topic's ledger part, then its open cursors, each
+    dispatcher asked at once from this greenlet (no actor waits on another)."""
+    shaped, dispatchers = _ask(broker, name, InternalStats())
+    asked = {sub: ref.ask(GetStats(), block=False) for sub, ref in dispatchers.items()}
+    for sub, future in asked.items():
+        with contextlib.suppress(pykka.ActorDeadError):
+            shaped["cursors"][sub] = stats_shape.cursor_stats(future.get(timeout=TIMEOUT))
+    result: dict[str, Any] = shaped
     return result
 
 
 def topic_stats(broker: Any, name: str) -> dict[str, Any]:
-    result: dict[str, Any] = _ask(broker, name, FullStats())
+    """TopicStats in Pulsar's shape, gathered off the hot actors (``stats_reader``)."""
+    try:
+        return _shaped_stats(name, _topic(broker, name))
+    except pykka.ActorDeadError:
+        raise topic_not_found(name) from None
+
+
+def every_topic_stats(broker: Any) -> dict[str, dict[str, Any]]:
+    """Every open topic's TopicStats, by name (topics closed meanwhile are left out)."""
+    topics: dict[str, Any] = broker.ask(ListTopics(), timeout=TIMEOUT)
+    result = {}
+    for name, topic in topics.items():
+        with contextlib.suppress(pykka.ActorDeadError):
+            result[name] = _shaped_stats(name, topic)
     return result
+
+
+def _shaped_stats(name: str, topic: Any) -> dict[str, Any]:
+    raw, part = stats_reader.of_topic_with_part(topic)
+    return stats_shape.topic_stats(
+        raw,
+        non_persistent=is_non_persistent(name),
+        terminated=bool(part.extra.get("terminated")),
+        drops=part.extra.get("drops"),
+    )
 
 
 def last_message_id(broker: Any, name: str) -> dict[str, int]:

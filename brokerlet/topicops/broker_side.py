@@ -1,4 +1,5 @@
-"""The broker actor's part of the topic operations: finding a topic without creating it.
+"""The broker actor's part of the topic operations: ``OpenTopic``, finding a topic without
+creating it.
 
 Deleting is the broker actor's own ``DeleteTopic`` (issue 12a), which closes the clients,
 the metadata and the storage together.
@@ -9,29 +10,20 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from brokerlet.actors.connection import GetTopic
+from brokerlet.actors.messages import GetTopic
 from brokerlet.metadata import TopicName
 from brokerlet.metadata.topics import partitions_of
-from brokerlet.topicops.messages import FindTopic
 from brokerlet.topicops.nonpersistent import is_non_persistent
 
 if TYPE_CHECKING:
     from brokerlet.actors.broker import BrokerActor
 
-__all__ = ["BROKER_MESSAGES", "handle"]
+__all__ = ["open_topic"]
 
 log = logging.getLogger(__name__)
 
-BROKER_MESSAGES = (FindTopic,)
 
-
-def handle(broker: BrokerActor, message: Any) -> Any:
-    if isinstance(message, FindTopic):
-        return _find(broker, message.name)
-    raise TypeError(f"unexpected message {message!r}")
-
-
-def _find(broker: BrokerActor, name: str) -> Any:
+def open_topic(broker: BrokerActor, name: str) -> Any:
     """The topic's actor; a topic the metadata knows but no actor serves yet (created over
     the admin API, or closed while idle) is opened."""
     topic = broker.topics.get(name)

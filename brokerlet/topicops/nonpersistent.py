@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from brokerlet.actors.consumer import PermitTotal
-from brokerlet.actors.stats import Rate
+from brokerlet.actors.messages import AckDropped
+from brokerlet.dispatch.permits import PermitTotal
+from brokerlet.dispatch.stats import Rate
 from brokerlet.storage.ledger import Entry, Ledger
-from brokerlet.topicops.messages import AckDropped
 
 if TYPE_CHECKING:
-    from brokerlet.actors.dispatcher import ReadEntries, ReadIds
+    from brokerlet.actors.messages import ReadEntries, ReadIds
 
 __all__ = ["NonPersistentRule", "is_non_persistent"]
 
@@ -124,6 +124,10 @@ class NonPersistentRule:
                         subscriber.dropped += sum(e.num_messages for e in result)
 
                 self.ledger.read_ids(ids, count)
+            if message.entry_ids:
+                # Nobody will acknowledge them: settled, so the dispatcher never asks again
+                # (told before the empty answer, so the replay set is clear when it comes).
+                subscriber.dispatcher.tell(AckDropped(list(message.entry_ids)))
         self._reply(message.reply_to, message.read_id, [], True)
 
     def cancel(self, subscription: str, read_id: int) -> None:

@@ -15,7 +15,13 @@ from typing import Any
 
 from brokerlet.storage.ledger import Ledger
 
-__all__ = ["aggregate_partitions", "broker_topic_stats", "internal_stats", "topic_stats"]
+__all__ = [
+    "aggregate_partitions",
+    "broker_topic_stats",
+    "cursor_stats",
+    "internal_stats",
+    "topic_stats",
+]
 
 _TOPIC_DEFAULTS: dict[str, Any] = {
     "msgRateIn": 0.0,
@@ -209,6 +215,28 @@ def _iso(epoch_seconds: float) -> str:
     return datetime.fromtimestamp(epoch_seconds, tz=UTC).isoformat(timespec="milliseconds")
 
 
+def cursor_stats(sub: Mapping[str, Any]) -> dict[str, Any]:
+    """One open cursor of internalStats, from its dispatcher's stats."""
+    return {
+        "markDeletePosition": sub["markDeletePosition"],
+        "readPosition": sub["readPosition"],
+        "waitingReadOp": False,
+        "pendingReadOps": 0,
+        "messagesConsumedCounter": sub.get("msgOutCounter", 0),
+        "cursorLedger": -1,
+        "cursorLedgerLastEntry": -1,
+        "individuallyDeletedMessages": "[]",
+        "lastLedgerSwitchTimestamp": "",
+        "state": "Open",
+        "active": bool(sub.get("consumers")),
+        "numberOfEntriesSinceFirstNotAckedMessage": 0,
+        "totalNonContiguousDeletedMessagesRange": sub.get("individuallyAcked", 0),
+        "subscriptionHavePendingRead": False,
+        "subscriptionHavePendingReplayRead": False,
+        "properties": {},
+    }
+
+
 def internal_stats(
     ledger: Ledger,
     cursors: Mapping[str, Mapping[str, Any]],
@@ -222,26 +250,7 @@ def internal_stats(
     ledger_id = ledger.ledger_id
     entries = max(0, ledger.last_entry_id - ledger.first_entry_id + 1)
     size = int(getattr(ledger, "size_bytes", 0))
-    shaped_cursors: dict[str, Any] = {}
-    for name, sub in cursors.items():
-        shaped_cursors[name] = {
-            "markDeletePosition": sub["markDeletePosition"],
-            "readPosition": sub["readPosition"],
-            "waitingReadOp": False,
-            "pendingReadOps": 0,
-            "messagesConsumedCounter": sub.get("msgOutCounter", 0),
-            "cursorLedger": -1,
-            "cursorLedgerLastEntry": -1,
-            "individuallyDeletedMessages": "[]",
-            "lastLedgerSwitchTimestamp": "",
-            "state": "Open",
-            "active": bool(sub.get("consumers")),
-            "numberOfEntriesSinceFirstNotAckedMessage": 0,
-            "totalNonContiguousDeletedMessagesRange": sub.get("individuallyAcked", 0),
-            "subscriptionHavePendingRead": False,
-            "subscriptionHavePendingReplayRead": False,
-            "properties": {},
-        }
+    shaped_cursors: dict[str, Any] = {name: cursor_stats(sub) for name, sub in cursors.items()}
     for name, mark_delete in saved.items():
         shaped_cursors.setdefault(
             name,

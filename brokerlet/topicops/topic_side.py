@@ -8,7 +8,6 @@ ask the topic back) and may wait for a disk read of a single entry.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -19,9 +18,42 @@ from typing import TYPE_CHECKING, Any
 import gevent
 import pykka
 
-import brokerlet.actors.dispatcher as dispatcher_mod
-import brokerlet.actors.topic as topic_mod
 from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.messages import (
+    AckUpTo,
+    AddProducer,
+    Append,
+    Appended,
+    CancelRead,
+    CloseConsumers,
+    CreateSubscription,
+    DeleteSubscription,
+    EntriesRead,
+    ExamineMessage,
+    ExpireMessages,
+    GetMarkDelete,
+    GetMessage,
+    GetPermitTotal,
+    GetStats,
+    InternalStats,
+    LastMessageId,
+    ListSubscriptions,
+    PeekMessage,
+    ReadEntries,
+    ReadIds,
+    Receipt,
+    ResetCursor,
+    Seek,
+    SkipEntries,
+    SkipEntriesOf,
+    Subscribe,
+    SubscriptionClosed,
+    TerminateTopic,
+    TopicStats,
+    TopicStatsPart,
+    TopicTerminated,
+    UnloadTopic,
+)
 from brokerlet.storage._io import FileOps, write_file_atomically
 from brokerlet.storage.ledger import Entry
 from brokerlet.topicops import stats as stats_shape
@@ -31,32 +63,11 @@ from brokerlet.topicops.errors import (
     message_not_found,
     subscription_not_found,
 )
-from brokerlet.topicops.messages import (
-    AckUpTo,
-    CloseConsumers,
-    CreateSubscription,
-    DeleteSubscription,
-    ExamineMessage,
-    ExpireMessages,
-    FullStats,
-    GetMessage,
-    GetPermitTotal,
-    InternalStats,
-    LastMessageId,
-    ListSubscriptions,
-    PeekMessage,
-    ProducerClosedByBroker,
-    ResetCursor,
-    SkipEntries,
-    SkipEntriesOf,
-    TerminateTopic,
-    TopicTerminated,
-    UnloadTopic,
-)
 from brokerlet.topicops.nonpersistent import NonPersistentRule, is_non_persistent
 from brokerlet.transport.protocol import pb
 
 if TYPE_CHECKING:
+    from brokerlet.actors.dispatcher import DispatcherActor
     from brokerlet.actors.topic import TopicActor
 
 __all__ = ["TopicOps"]
@@ -75,7 +86,6 @@ class TopicOps:
         self.rule: NonPersistentRule | None = None
         if self.non_persistent:
             self.rule = NonPersistentRule(topic.ledger, self._reply_read)
-        self.producers: dict[str, tuple[Any, int]] = {}  # name -> (connection actor, id)
         self.terminated_at: int | None = self._load_terminated()
         self.created_at = time.time()
         self._existing: dict[type, Callable[[Any], Any]] = {}  # the topic's handlers
@@ -85,25 +95,17 @@ class TopicOps:
     def handlers(
         self, existing: dict[type, Callable[[Any], Any]]
     ) -> dict[type, Callable[..., Any]]:
-        add_producer = existing[topic_mod.AddProducer]
-        remove_producer = existing[topic_mod.RemoveProducer]
-        append = existing[topic_mod.Append]
-        subscribe = existing[topic_mod.Subscribe]
-        closed = existing[dispatcher_mod.SubscriptionClosed]
-        cancel = existing[dispatcher_mod.CancelRead]
-        raw_stats = existing[topic_mod.TopicStats]
+        add_producer = existing[AddProducer]
+        append = existing[Append]
+        subscribe = existing[Subscribe]
+        closed = existing[SubscriptionClosed]
+        cancel = existing[CancelRead]
+        raw_stats = existing[TopicStats]
 
         def on_add_producer(message: Any) -> Any:
             if self.terminated_at is not None:
                 raise BrokerError(pb.TopicTerminatedError, "Topic was already terminated")
-            result = add_producer(message)
-            if message.connection is not None:
-                self.producers[message.name] = (message.connection, message.producer_id)
-            return result
-
-        def on_remove_producer(message: Any) -> Any:
-            self.producers.pop(message.name, None)
-            return remove_producer(message)
+            return add_producer(message)
 
         def on_append(message: Any) -> Any:
             assert self.rule is not None
@@ -135,10 +137,9 @@ class TopicOps:
             return result
 
         table: dict[type, Callable[..., Any]] = {
-            topic_mod.AddProducer: on_add_producer,
-            topic_mod.RemoveProducer: on_remove_producer,
-            topic_mod.Subscribe: on_subscribe,
-            dispatcher_mod.SubscriptionClosed: on_closed,
+            AddProducer: on_add_producer,
+            Subscribe: on_subscribe,
+            SubscriptionClosed: on_closed,
             TerminateTopic: self._terminate,
             UnloadTopic: self._unload,
             CreateSubscription: self._create_subscription,
@@ -151,35 +152,36 @@ class TopicOps:
             ExamineMessage: self._examine,
             GetMessage: self._get_message,
             InternalStats: self._internal_stats,
-            FullStats: self._full_stats,
             LastMessageId: self._last_message_id,
         }
         self._existing = existing
+
+        def stats_part(message: Any) -> TopicStatsPart:
+            part: TopicStatsPart = raw_stats(message)
+            drops: dict[str, tuple[int, float]] = {}
+            if self.rule is not None:
+                drops = {name: self.rule.dropped(name) for name in part.subscriptions}
+            extra = {"terminated": self.terminated_at is not None, "drops": drops}
+            return dataclasses.replace(part, extra=extra)
+
+        table[TopicStats] = stats_part
         if self.terminated_at is not None:
-            table[topic_mod.Append] = self._refuse_append
+            table[Append] = self._refuse_append
         if self.rule is not None:
             rule = self.rule
-            table[topic_mod.Append] = on_append
-
-            def no_backlog(message: Any) -> Any:
-                result = raw_stats(message)
-                for sub in result["subscriptions"].values():
-                    sub["msgBacklog"] = 0  # non-persistent: nothing waits for anyone
-                return result
-
-            table[topic_mod.TopicStats] = no_backlog
+            table[Append] = on_append
 
             def on_cancel(message: Any) -> Any:
                 rule.cancel(message.subscription, message.read_id)
                 return cancel(message)
 
-            table[dispatcher_mod.ReadEntries] = rule.read_entries
-            table[dispatcher_mod.ReadIds] = rule.read_ids
-            table[dispatcher_mod.CancelRead] = on_cancel
+            table[ReadEntries] = rule.read_entries
+            table[ReadIds] = rule.read_ids
+            table[CancelRead] = on_cancel
         return table
 
     def _reply_read(self, reply_to: Any, read_id: int, entries: list[Entry], replay: bool) -> None:
-        reply_to.tell(dispatcher_mod.EntriesRead(read_id, entries, replay=replay))
+        reply_to.tell(EntriesRead(read_id, entries, replay=replay))
 
     # Termination.
 
@@ -208,7 +210,7 @@ class TopicOps:
                 )
             log.info("%s: terminated at entry %d", self.t.name, self.terminated_at)
             # SENDs are refused from now on; until now appends paid nothing for the check.
-            self._existing[topic_mod.Append] = self._refuse_append
+            self._existing[Append] = self._refuse_append
             # PersistentTopic#terminate: producers are disconnected (they reconnect and are
             # refused with TopicTerminatedError); subscriptions learn the end.
             self._close_producers()
@@ -218,7 +220,7 @@ class TopicOps:
 
     def _refuse_append(self, message: Any) -> None:
         receipts = [
-            topic_mod.Receipt(
+            Receipt(
                 item.sequence_id,
                 item.highest_sequence_id,
                 self.t.ledger.ledger_id,
@@ -228,17 +230,12 @@ class TopicOps:
             )
             for item in message.items
         ]
-        message.reply_to.tell(topic_mod.Appended(message.producer_id, receipts))
+        message.reply_to.tell(Appended(message.producer_id, receipts))
 
     # Broker-initiated closes.
 
     def _close_producers(self) -> int:
-        producers, self.producers = self.producers, {}
-        for name, (connection, producer_id) in producers.items():
-            self.t.producers.pop(name, None)
-            with contextlib.suppress(pykka.ActorDeadError):
-                connection.tell(ProducerClosedByBroker(producer_id, name))
-        return len(producers)
+        return self.t.close_producers()
 
     def _close_all_consumers(self) -> int:
         closed = 0
@@ -253,9 +250,7 @@ class TopicOps:
         dispatcher = self.t.subscriptions.get(name)
         if dispatcher is not None:
             # The same path as a subscription whose last consumer left.
-            self.t.on_receive(
-                dispatcher_mod.SubscriptionClosed(name, dispatcher, deleted=forget_cursor)
-            )
+            self.t.on_receive(SubscriptionClosed(name, dispatcher, deleted=forget_cursor))
         elif name in self.t.saved:
             del self.t.saved[name]
             self.t.mark_deletes.pop(name, None)
@@ -267,7 +262,7 @@ class TopicOps:
         producers = self._close_producers()
         consumers = self._close_all_consumers()
         for name, dispatcher in list(self.t.subscriptions.items()):
-            with_cursor = dispatcher.ask(dispatcher_mod.GetStats(), block=True)["isDurable"]
+            with_cursor = dispatcher.ask(GetStats(), block=True)["isDurable"]
             if not with_cursor:
                 self._drop_subscription(name, forget_cursor=True)
         log.info(
@@ -286,7 +281,7 @@ class TopicOps:
             return dispatcher
         if subscription in self.t.saved:
             return self.t.on_receive(
-                topic_mod.Subscribe(
+                Subscribe(
                     subscription, pb.CommandSubscribe.Shared, True, pb.CommandSubscribe.Latest
                 )
             )
@@ -311,9 +306,7 @@ class TopicOps:
             initial = pb.CommandSubscribe.Earliest
         elif isinstance(position, tuple):
             start = position
-        self.t.on_receive(
-            topic_mod.Subscribe(name, pb.CommandSubscribe.Shared, True, initial, start)
-        )
+        self.t.on_receive(Subscribe(name, pb.CommandSubscribe.Shared, True, initial, start))
 
     def _delete_subscription(self, message: DeleteSubscription) -> None:
         name = message.subscription
@@ -350,7 +343,7 @@ class TopicOps:
             entry_id = find_newest_at_or_before(ledger, message.publish_time_ms) + 1
         # As Pulsar's resetCursor: every consumer is disconnected (they reconnect and read
         # from the new position).
-        dispatcher.ask(dispatcher_mod.Seek(entry_id, _NO_REQUESTER))
+        dispatcher.ask(Seek(entry_id, _NO_REQUESTER))
 
     def _expire(self, message: ExpireMessages) -> None:
         self._persistent_only("Expire messages")
@@ -377,7 +370,7 @@ class TopicOps:
 
     def _peek(self, message: PeekMessage) -> StoredMessage:
         self._persistent_only("Peek messages")
-        mark_delete = self._dispatcher(message.subscription).ask(dispatcher_mod.GetMarkDelete())
+        mark_delete = self._dispatcher(message.subscription).ask(GetMarkDelete())
         # PersistentSubscription#peekNthMessage: the n-th entry after the mark-delete position,
         # individually acknowledged ones included.
         return self._message_at(
@@ -405,33 +398,20 @@ class TopicOps:
         ledger = self.t.ledger
         return {"ledgerId": ledger.ledger_id, "entryId": ledger.last_entry_id, "partitionIndex": -1}
 
-    def _full_stats(self, _message: FullStats) -> dict[str, Any]:
-        raw = self.t.stats()
-        drops: dict[str, tuple[int, float]] = {}
-        if self.rule is not None:
-            drops = {name: self.rule.dropped(name) for name in raw["subscriptions"]}
-        return stats_shape.topic_stats(
-            raw,
-            non_persistent=self.non_persistent,
-            terminated=self.terminated_at is not None,
-            drops=drops,
-        )
-
-    def _internal_stats(self, _message: InternalStats) -> dict[str, Any]:
-        cursors: dict[str, dict[str, Any]] = {}
-        for name, dispatcher in list(self.t.subscriptions.items()):
-            try:
-                cursors[name] = dispatcher.ask(dispatcher_mod.GetStats(), block=True)
-            except pykka.ActorDeadError:
-                continue
-        return stats_shape.internal_stats(
+    def _internal_stats(
+        self, _message: InternalStats
+    ) -> tuple[dict[str, Any], dict[str, pykka.ActorRef[DispatcherActor]]]:
+        """The ledger's part (stored cursors included) and the dispatchers to ask for the
+        open cursors: the caller asks them, so this actor never waits on a dispatcher."""
+        shaped = stats_shape.internal_stats(
             self.t.ledger,
-            cursors,
+            {},
             saved={n: s[0] for n, s in self.t.saved.items()},
             msg_in=self.t.msg_in,
             terminated=self.terminated_at is not None,
             created_at=self.created_at,
         )
+        return shaped, dict(self.t.subscriptions)
 
 
 def _collect(into: list[Entry]) -> Callable[[list[Entry] | BaseException], None]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from brokerlet.actors.broker import GetAllStats
 from brokerlet.admin.rest import AdminRequest, Reply, RestError, Route
 from brokerlet.topicops import api
 from brokerlet.topicops.entries import StoredMessage
@@ -236,30 +235,48 @@ def unload(request: AdminRequest, **path: str) -> object:
 
 
 def broker_stats_topics(request: AdminRequest) -> object:
-    all_stats = request.context.broker.ask(GetAllStats(), timeout=api.TIMEOUT)
-    shaped = {name: api.topic_stats(request.context.broker, name) for name in all_stats}
-    return api.broker_topic_stats(shaped)
+    return api.broker_topic_stats(api.every_topic_stats(request.context.broker))
 
 
 def routes() -> list[Route]:
+    # Auth levels after Pulsar's PulsarAuthorizationProvider#allowTopicOperationAsync: the
+    # subscription and message operations (GET_SUBSCRIPTIONS, SUBSCRIBE, UNSUBSCRIBE, SKIP,
+    # EXPIRE_MESSAGES, PEEK_MESSAGES, RESET_CURSOR) need the consume permission; TERMINATE
+    # and UNLOAD the tenant's admin (or a super user). Stats are "tenant" like GET /stats in
+    # routes/stats.py. Tenant admins and super users pass every level.
     return [
-        Route(TOPIC + "/partitioned-stats", ("GET",), partitioned_stats),
-        Route(TOPIC + "/internalStats", ("GET",), internal_stats),
-        Route(TOPIC + "/lastMessageId", ("GET",), last_message_id),
-        Route(TOPIC + "/subscriptions", ("GET",), subscriptions),
-        Route(SUBSCRIPTION, ("PUT",), create_subscription),
-        Route(SUBSCRIPTION, ("DELETE",), delete_subscription),
-        Route(SUBSCRIPTION + "/resetcursor/<seg:timestamp>", ("POST",), reset_cursor_to_time),
-        Route(SUBSCRIPTION + "/resetcursor", ("POST",), reset_cursor_to_id),
-        Route(SUBSCRIPTION + "/skip/<seg:count>", ("POST",), skip),
-        Route(SUBSCRIPTION + "/skip_all", ("POST",), skip_all),
-        Route(SUBSCRIPTION + "/expireMessages/<seg:seconds>", ("POST",), expire),
-        Route(TOPIC + "/all_subscription/expireMessages/<seg:seconds>", ("POST",), expire_all),
+        Route(TOPIC + "/partitioned-stats", ("GET",), partitioned_stats, auth="tenant"),
+        Route(TOPIC + "/internalStats", ("GET",), internal_stats, auth="tenant"),
+        Route(TOPIC + "/lastMessageId", ("GET",), last_message_id, auth="consume"),
+        Route(TOPIC + "/subscriptions", ("GET",), subscriptions, auth="consume"),
+        Route(SUBSCRIPTION, ("PUT",), create_subscription, auth="consume"),
+        Route(SUBSCRIPTION, ("DELETE",), delete_subscription, auth="consume"),
+        Route(
+            SUBSCRIPTION + "/resetcursor/<seg:timestamp>",
+            ("POST",),
+            reset_cursor_to_time,
+            auth="consume",
+        ),
+        Route(SUBSCRIPTION + "/resetcursor", ("POST",), reset_cursor_to_id, auth="consume"),
+        Route(SUBSCRIPTION + "/skip/<seg:count>", ("POST",), skip, auth="consume"),
+        Route(SUBSCRIPTION + "/skip_all", ("POST",), skip_all, auth="consume"),
+        Route(SUBSCRIPTION + "/expireMessages/<seg:seconds>", ("POST",), expire, auth="consume"),
+        Route(
+            TOPIC + "/all_subscription/expireMessages/<seg:seconds>",
+            ("POST",),
+            expire_all,
+            auth="consume",
+        ),
         Route(SUBSCRIPTION + "/position/<seg:position>", ("GET",), peek, auth="consume"),
         Route(TOPIC + "/examinemessage", ("GET",), examine, auth="consume"),
-        Route(TOPIC + "/ledger/<seg:ledger>/entry/<seg:entry>", ("GET",), message_by_id),
-        Route(TOPIC + "/terminate", ("POST",), terminate),
-        Route(TOPIC + "/unload", ("PUT",), unload),
+        Route(
+            TOPIC + "/ledger/<seg:ledger>/entry/<seg:entry>",
+            ("GET",),
+            message_by_id,
+            auth="consume",
+        ),
+        Route(TOPIC + "/terminate", ("POST",), terminate, auth="tenant"),
+        Route(TOPIC + "/unload", ("PUT",), unload, auth="tenant"),
     ]
 
 
