@@ -168,7 +168,7 @@ class Dispatcher:
             GetCursorState: lambda _: (self.cursor.mark_delete, self.cursor.acked_ids()),
             CloseConsumers: self._close_consumers,
         }
-        # Admin operations: skips, expiry, broker-initiated closes, end of topic.
+        # Admin operations: skips, expiry, non-persistent drops, end of topic.
         self._handlers.update(SubscriptionOps(self).handlers(self._handlers))
 
     # Actor plumbing.
