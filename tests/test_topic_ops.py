@@ -24,9 +24,9 @@ from brokerlet import Broker
 from brokerlet.actors.broker import CloseIdleTopics
 from brokerlet.admin.rest import AdminApp, AdminContext
 from brokerlet.admin.routes import all_routes
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.topicops import TopicOpError
 from brokerlet.transport.protocol import PROTOCOL_VERSION, pb
-from brokerlet.testing.rawclient import RawClient
 
 T = pb.BaseCommand
 HTTP_TIMEOUT = 10
