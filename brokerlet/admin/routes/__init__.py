@@ -14,6 +14,7 @@ from brokerlet.admin.routes import (
     clusters,
     lookup,
     namespaces,
+    schemas,
     stats,
     tenants,
     topics,
@@ -22,7 +23,7 @@ from brokerlet.admin.routes import (
 
 __all__ = ["MODULES", "all_routes"]
 
-MODULES = (stats, brokers, clusters, tenants, namespaces, topics, topics_ops, lookup)
+MODULES = (stats, brokers, clusters, tenants, namespaces, topics, topics_ops, lookup, schemas)
 
 
 @functools.cache
