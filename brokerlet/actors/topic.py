@@ -60,6 +60,7 @@ from brokerlet.producers import hooks as producer_hooks
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry, Ledger
+from brokerlet.topicops.topic_side import TopicOps
 from brokerlet.transport.protocol import pb
 
 if TYPE_CHECKING:
@@ -139,6 +140,9 @@ class TopicActor(GeventActor):
             CloseClients: self._close_clients,
             DeduplicationPolicy: lambda m: self.producer_state.set_deduplication(m.enabled),
         }
+        # Admin operations (terminate, unload, skip, peek, ...) and the non-persistent rule.
+        self.ops = TopicOps(self)
+        self._handlers.update(self.ops.handlers(self._handlers))
 
     def on_start(self) -> None:
         self.producer_state.start()
@@ -272,10 +276,16 @@ class TopicActor(GeventActor):
                 attached: int = dispatcher.ask(CloseConsumers(message.close), block=True)
                 count += attached
         if message.close:
-            for connection in self.producer_state.connections():
-                tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
-            self.producer_state.clear()
+            self.close_producers()
         return count
+
+    def close_producers(self) -> int:
+        """CLOSE_PRODUCER to every producer (delete, unload, terminate); they reconnect."""
+        for connection in self.producer_state.connections():
+            tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+        closed = len(self.producer_state.access)
+        self.producer_state.clear()
+        return closed
 
     # Subscriptions.
 
@@ -366,7 +376,7 @@ class TopicActor(GeventActor):
     # Reading.
 
     def _read_entries(self, message: ReadEntries) -> None:
-        if message.start > self.ledger.last_entry_id:
+        if max(message.start, self.ledger.first_entry_id) > self.ledger.last_entry_id:
             self.waiting[message.subscription] = message
             return
         self.waiting.pop(message.subscription, None)
