@@ -295,3 +295,36 @@ def test_an_unknown_schema_type_is_refused_clearly_not_dropped(broker: Broker) -
         assert answer.type == T.ERROR, answer
         assert (answer.error.request_id, answer.error.error) == (7, pb.IncompatibleSchema)
         raw.ping()  # the connection stays up
+
+
+# With the topic operations (issue 12b): what they mean for producers.
+
+
+def test_terminate_refuses_sends_and_new_producers(
+    broker: Broker, client: pulsar.Client, topic: str
+) -> None:
+    producer = client.create_producer(topic, access_mode=Mode.Exclusive, batching_enabled=False)
+    producer.send(b"before")
+    broker.terminate_topic(topic)
+    with pytest.raises(pulsar.PulsarException):
+        producer.send(b"after")  # its reconnect is refused: TopicTerminatedError
+    with pytest.raises(pulsar.TopicTerminated):
+        client.create_producer(topic)
+    stats = broker.topic_stats(topic)
+    assert stats is not None
+    assert stats["msgInCounter"] == 1
+    assert stats["publishers"] == []  # the exclusive holder is gone, not left holding
+
+
+def test_unload_keeps_the_epoch_and_the_exclusive_producer_reconnects(
+    broker: Broker, client: pulsar.Client, topic: str
+) -> None:
+    producer = client.create_producer(topic, access_mode=Mode.Exclusive, batching_enabled=False)
+    producer.send(b"one")
+    broker.unload_topic(topic)
+    producer.send(b"two")  # reconnected, presenting its epoch: admitted again
+    stats = broker.topic_stats(topic)
+    assert stats is not None
+    assert stats["topicEpoch"] == 0
+    assert [p["accessMode"] for p in stats["publishers"]] == ["Exclusive"]
+    producer.close()
