@@ -21,6 +21,7 @@ or releasing a limit, redelivery, a writable channel, the retry timer and the lo
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,7 @@ from brokerlet.actors.supervision import QuietRef, dispatcher_failed, tell_quiet
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import Consumer
 from brokerlet.dispatch.cursor_saver import CursorSaver
+from brokerlet.dispatch.delayed import DelayedDelivery
 from brokerlet.dispatch.filters import DeliveryFilter, SkipSettled
 from brokerlet.dispatch.key_shared import KeySharedRules, KeySharedStrategy
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
@@ -132,7 +134,14 @@ class Dispatcher:
         )
         self.book = self.subscription.book
         self.total_permits = self.subscription.total_permits
-        self.filters: list[DeliveryFilter] = [SkipSettled(cursor, self.book.replay)]
+        self.delayed = DelayedDelivery(
+            settings,
+            applies=lambda: self.subscription.strategy.delays_delivery,
+            replay=self.book.replay,
+            cursor=cursor,
+            wake_after=self._wake_after,
+        )
+        self.filters: list[DeliveryFilter] = [SkipSettled(cursor, self.book.replay), self.delayed]
         self.reads_issued = 0
         self.read_passes = 0  # wake-ups of the read loop, productive or not
         self._stats = SubscriptionStats()
@@ -149,6 +158,7 @@ class Dispatcher:
         self.backoff = ReadBackoff(settings)
         self._retry: Cancellable | None = None
         self._replay_timer: Cancellable | None = None
+        self._replay_timer_at = 0.0  # monotonic deadline of the replay timer
         self._writes_in_flight = 0  # only counted with the completion barrier
         self._gate: ConflatedTell[DispatcherActor] | None = None
         self._handlers: dict[type, Callable[[Any], Any]] = {
@@ -279,6 +289,8 @@ class Dispatcher:
         """No consumer is left: cancel the read in flight and re-read from the mark-delete."""
         self._cancel_pending_read()
         self.subscription.rewind()
+        for rule in self.filters:
+            rule.reset()
         self.read_position = self.cursor.mark_delete + 1
 
     # The read loop.
@@ -286,6 +298,8 @@ class Dispatcher:
     def _read_more(self, _message: object) -> None:
         self.gate.taken()
         self.read_passes += 1
+        for rule in self.filters:
+            rule.release_due()
         if not self.book.consumers or (self.options.completion_barrier and self._writes_in_flight):
             return
         strategy = self.strategy
@@ -337,6 +351,8 @@ class Dispatcher:
 
     def _wake_for_replay(self) -> None:
         """Entries joined the replay set: a long poll waiting for new entries must not hold them."""
+        for rule in self.filters:
+            rule.release_due()
         if self.book.replay and self.pending_read == "normal":
             self._cancel_pending_read()
         self.gate.request()
@@ -429,13 +445,20 @@ class Dispatcher:
         self._wake_for_replay()
 
     def _wake_after(self, delay_ms: float) -> None:
-        """The strategy says replayed entries may go out after ``delay_ms``: read again then
-        (one timer at a time, so wake-ups meanwhile merge)."""
+        """A rule says held entries may go out after ``delay_ms``: read again then (one timer
+        at a time, so wake-ups meanwhile merge; an earlier one replaces a later one)."""
         if delay_ms <= 0:
             self._wake_for_replay()
-        elif self._replay_timer is None or self._replay_timer.done:
-            tell = self.actor_ref.tell
-            self._replay_timer = self.call_later(delay_ms / 1000, lambda: tell(ReplayReady()))
+            return
+        deadline = time.monotonic() + delay_ms / 1000
+        timer = self._replay_timer
+        if timer is not None and not timer.done:
+            if self._replay_timer_at <= deadline:
+                return
+            timer.cancel()
+        tell = self.actor_ref.tell
+        self._replay_timer_at = deadline
+        self._replay_timer = self.call_later(delay_ms / 1000, lambda: tell(ReplayReady()))
 
     def _cursor_changed(self) -> None:
         """Save the cursor soon: at most once per ``cursor_flush_ms``, whatever the ack rate."""
@@ -462,6 +485,7 @@ class Dispatcher:
                 "readsIssued": self.reads_issued,
                 "readPasses": self.read_passes,
                 "readBatchSize": self.backoff.read_batch_size,
+                "msgDelayed": self.delayed.delayed,
             },
         )
 

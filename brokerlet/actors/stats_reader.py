@@ -60,6 +60,7 @@ def of_topic(topic: pykka.ActorRef[TopicActor]) -> dict[str, Any]:
         except pykka.ActorDeadError:
             continue  # closed meanwhile
         sub["msgBacklog"] = max(0, last - mark_delete - sub.pop("individuallyAcked", 0))
+        sub["msgBacklogNoDelayed"] = max(0, sub["msgBacklog"] - sub.get("msgDelayed", 0))
         subscriptions[name] = sub
     own = part.own
     subs = subscriptions.values()

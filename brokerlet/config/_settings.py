@@ -259,6 +259,16 @@ class Settings:
         50, "Longest pattern evaluated broker-side; longer ones are not filtered.",
         alias="subscriptionPatternMaxLength", minimum=0,
     )
+    # Consumer semantics (issue 13): delayed delivery, batch-index acknowledgement.
+    delayed_delivery_enabled: bool = setting(
+        True, "Hold messages with a deliver_at_time on Shared and Key_Shared subscriptions.",
+        alias="delayedDeliveryEnabled",
+    )
+    delayed_delivery_tick_time_millis: int = setting(
+        1000, "Resolution of the delay tracker: a message due within this many ms of its "
+        "read is delivered at once.",
+        alias="delayedDeliveryTickTimeMillis", minimum=1,
+    )
     # fmt: on
 
     def __post_init__(self) -> None:

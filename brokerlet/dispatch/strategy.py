@@ -87,6 +87,10 @@ class Strategy:
     cumulative_acks = False
     """Whether cumulative acks apply (Exclusive and Failover; Pulsar ignores them on Shared)."""
 
+    delays_delivery = False
+    """Whether messages with a ``deliver_at_time`` wait for it (Shared and Key_Shared only,
+    as in Pulsar: its single-active dispatchers have no delay tracker)."""
+
     tracks_entries = False
     """Whether ``delivered``/``released`` do anything (Key_Shared's hashes); when not, the
     delivery book does not call them per entry."""

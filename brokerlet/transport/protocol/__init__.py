@@ -41,6 +41,7 @@ from brokerlet.transport.protocol._payload import (
     parse_metadata,
     split_batch,
 )
+from brokerlet.transport.protocol._scan import deliver_at_time, publish_time
 
 __all__ = [
     "MAGIC_BROKER_ENTRY_METADATA",
@@ -55,6 +56,7 @@ __all__ = [
     "command_name",
     "crc32c",
     "decode_payload",
+    "deliver_at_time",
     "encode_ack",
     "encode_batch",
     "encode_command",
@@ -66,5 +68,6 @@ __all__ = [
     "metadata_problem",
     "parse_metadata",
     "pb",
+    "publish_time",
     "split_batch",
 ]
