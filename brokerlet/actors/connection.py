@@ -18,10 +18,12 @@ import functools
 import itertools
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import gevent.event
 import pykka
 
 from brokerlet import __version__
@@ -36,6 +38,7 @@ from brokerlet.actors.messages import (
     AppendItem,
     ConnectionLost,
     ConsumerClosedByBroker,
+    FindByPublishTime,
     GetLastEntry,
     GetMarkDelete,
     GetTopic,
@@ -91,6 +94,7 @@ log = logging.getLogger(__name__)
 T = pb.BaseCommand
 _producer_names = itertools.count()
 NO_ID = 2**64 - 1
+SEARCH_TIMEOUT = 30.0  # seconds a seek by publish time may take (a handful of reads)
 """-1 as an unsigned 64-bit id: "no entry" in message ids and request ids."""
 
 
@@ -590,6 +594,14 @@ class ConnectionActor(GeventActor):
         except BrokerError as error:
             self._error(request_id, error.code, error.message)
             return
+        if request.start_message_rollback_duration_sec > 0 and not durable:
+            # A reader started that far back in publish time (Pulsar resets its cursor).
+            since = int(time.time() * 1000) - request.start_message_rollback_duration_sec * 1000
+            found = self._find_by_publish_time(topic_ref, since)
+            if isinstance(found, str):
+                self._error(request_id, pb.UnknownError, found)
+                return
+            start = found
         dispatcher: pykka.ActorRef[DispatcherActor] = topic_ref.ask(
             Subscribe(
                 request.subscription, request.sub_type, durable, request.initial_position, start
@@ -697,15 +709,16 @@ class ConnectionActor(GeventActor):
         consumer = self._requested_consumer(request.consumer_id, request.request_id)
         if consumer is None:
             return
-        if not request.HasField("message_id"):
-            self._error(
-                request.request_id,
-                pb.NotAllowedError,
-                "Seek by publish time is not supported by brokerlet yet",
-            )
-            return
-        target = (request.message_id.ledger_id, request.message_id.entry_id)
-        entry_id: int = self._topic(consumer.topic).ask(ResolvePosition(target), block=True)
+        topic = self._topic(consumer.topic)
+        if request.HasField("message_id"):
+            target = (request.message_id.ledger_id, request.message_id.entry_id)
+            entry_id: int = topic.ask(ResolvePosition(target), block=True)
+        else:
+            found = self._find_by_publish_time(topic, request.message_publish_time)
+            if isinstance(found, str):
+                self._error(request.request_id, pb.UnknownError, found)
+                return
+            entry_id = found[1]
         own_consumers: list[Consumer] = self._dispatcher_of(consumer).ask(
             Seek(entry_id, self.handle), block=True
         )
@@ -714,6 +727,23 @@ class ConnectionActor(GeventActor):
         frames.append(encode_command(success))
         # After the MESSAGE frames of the closed consumers, then the answer.
         self.handle.event_loop.tell(WriteAfterMessages(self.handle, frames))
+
+    @staticmethod
+    def _find_by_publish_time(
+        topic: pykka.ActorRef[TopicActor], publish_time: int
+    ) -> tuple[int, int] | str:
+        """The first position published at or after ``publish_time``, or why there is none."""
+        found: gevent.event.AsyncResult[tuple[int, int] | BaseException] = (
+            gevent.event.AsyncResult()
+        )
+        topic.tell(FindByPublishTime(publish_time, found.set))
+        try:
+            result: tuple[int, int] | BaseException = found.get(timeout=SEARCH_TIMEOUT)
+        except gevent.Timeout:
+            return "Seek by publish time timed out"
+        if isinstance(result, BaseException):
+            return f"Seek by publish time failed: {result}"
+        return result
 
     def _closed_by_broker(self, consumer: Consumer) -> None:
         frames = self._forget_closed(consumer)

@@ -253,6 +253,15 @@ class GetLastEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class FindByPublishTime:
+    """Told: find the first entry published at or after ``publish_time`` (epoch ms); the topic
+    calls ``reply`` with ``(ledger id, entry id)`` (the end if none is) or the read's error."""
+
+    publish_time: int
+    reply: Callable[[tuple[int, int] | BaseException], None]
+
+
+@dataclass(frozen=True, slots=True)
 class ResolvePosition:
     """Asked: the entry id a subscription should restart at for ``message_id``."""
 
