@@ -41,6 +41,7 @@ from brokerlet.actors.messages import (
     FindByPublishTime,
     GetLastEntry,
     GetMarkDelete,
+    GetStats,
     GetTopic,
     LookupCheck,
     PartitionedMetadata,
@@ -62,6 +63,7 @@ from brokerlet.actors.refusals import (
     refuse_unsupported,
     request_id_of,
 )
+from brokerlet.actors.stats_reader import consumer_figures
 from brokerlet.actors.supervision import record_failure, tell_quietly
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
@@ -75,8 +77,11 @@ from brokerlet.transport.protocol import (
     Frame,
     ProtocolError,
     command_name,
+    consumer_stats_request,
     decode_payload,
+    encode_ack_response,
     encode_command,
+    encode_consumer_stats_response,
     encode_send_receipt,
     metadata_problem,
     pb,
@@ -164,6 +169,7 @@ class ConnectionActor(GeventActor):
             T.UNSUBSCRIBE: self._unsubscribe,
             T.GET_LAST_MESSAGE_ID: self._get_last_message_id,
             T.SEEK: self._seek,
+            T.CONSUMER_STATS: self._consumer_stats,
             T.GET_TOPICS_OF_NAMESPACE: self._topics_of_namespace,
         }
 
@@ -654,12 +660,46 @@ class ConnectionActor(GeventActor):
         ack = command.ack
         consumer = self._consumer(ack.consumer_id, "ACK")
         if consumer is None:
+            if ack.HasField("request_id"):  # an ack receipt: the error, not a disconnect
+                self.channel.write(
+                    encode_ack_response(
+                        ack.consumer_id,
+                        ack.request_id,
+                        pb.ConsumerNotFound,
+                        f"Consumer {ack.consumer_id} not found",
+                    )
+                )
             return
         # An id with an ack_set acknowledges only part of a batch: the entry stays unacked.
         positions = [(m.ledger_id, m.entry_id) for m in ack.message_id if not m.ack_set]
         if positions:
             cumulative = ack.ack_type == pb.CommandAck.Cumulative
             tell_quietly(self._dispatcher_of(consumer), Ack(consumer, positions, cumulative))
+        if ack.HasField("request_id"):
+            # The ack is queued to the dispatcher ahead of anything the client sends after
+            # this receipt. An id acked before is acked again harmlessly and answered OK, as
+            # Pulsar's cursor does.
+            self.channel.write(encode_ack_response(ack.consumer_id, ack.request_id))
+
+    def _consumer_stats(self, command: pb.BaseCommand) -> None:
+        request = consumer_stats_request(command)
+        if request is None:
+            return  # no request id to answer
+        request_id, consumer_id = request
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            self.channel.write(
+                encode_consumer_stats_response(
+                    request_id, None, pb.ConsumerNotFound, f"Consumer {consumer_id} not found"
+                )
+            )
+            return
+        figures = consumer_figures(
+            self._dispatcher_of(consumer).ask(GetStats(), block=True),
+            self._topic(consumer.topic).ask(GetLastEntry(), block=True)[1],
+            consumer,
+        )
+        self.channel.write(encode_consumer_stats_response(request_id, figures))
 
     def _redeliver(self, command: pb.BaseCommand) -> None:
         request = command.redeliver_unacknowledged_messages

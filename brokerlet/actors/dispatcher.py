@@ -53,6 +53,7 @@ from brokerlet.actors.messages import (
     SendMessages,
     SubscriptionClosed,
     UnexpectedMessage,
+    WriteAfterMessages,
     WriteCompletion,
 )
 from brokerlet.actors.supervision import QuietRef, dispatcher_failed, tell_quietly
@@ -72,6 +73,7 @@ from brokerlet.dispatch.subscription import Removal, Subscription
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry
+from brokerlet.transport.protocol import encode_command, pb
 
 if TYPE_CHECKING:
     from brokerlet.actors.topic import TopicActor
@@ -242,6 +244,7 @@ class Dispatcher:
     def _add_consumer(self, message: AddConsumer) -> None:
         if self.subscription.add(message.consumer, self.gate):
             self._wake_for_replay()
+        self._announce_active(message.consumer)
         log.debug("%s: added %r", self, message.consumer)
         self.gate.request()
 
@@ -251,6 +254,7 @@ class Dispatcher:
             return
         log.debug("%s: removed %r", self, message.consumer)
         if removal is Removal.OTHERS_REMAIN:
+            self._announce_active(None)
             self._wake_for_replay()
             return
         self._rewind()
@@ -258,6 +262,21 @@ class Dispatcher:
             if message.unsubscribe:
                 self.cursor_saver.forget()  # deleted, not saved
             self.topic.tell(SubscriptionClosed(self.name, self.actor_ref, deleted=True))
+
+    def _announce_active(self, added: Consumer | None) -> None:
+        """Failover: ACTIVE_CONSUMER_CHANGE to whom the strategy says, after the MESSAGE
+        frames already queued for them (so a listener sees it in order)."""
+        for consumer, is_active in self.strategy.active_notices(added):
+            change = pb.CommandActiveConsumerChange(
+                consumer_id=consumer.consumer_id, is_active=is_active
+            )
+            frame = encode_command(
+                pb.BaseCommand(
+                    type=pb.BaseCommand.ACTIVE_CONSUMER_CHANGE, active_consumer_change=change
+                )
+            )
+            handle = consumer.connection
+            tell_quietly(handle.event_loop, WriteAfterMessages(handle, [frame]))
 
     def _seek(self, message: Seek) -> list[Consumer]:
         """Disconnect every consumer, forget in-flight state, and restart at ``entry_id``.

@@ -121,6 +121,11 @@ class Strategy:
         (a Failover consumer that stopped being active), or None."""
         return None
 
+    def active_notices(self, added: Consumer | None) -> list[tuple[Consumer, bool]]:
+        """After a membership change: the ACTIVE_CONSUMER_CHANGE notices to send, as
+        ``(consumer, is_active)`` (Failover only; ``added`` joined, None: one left)."""
+        return []
+
     # Reading.
 
     def candidates(self) -> Sequence[Consumer]:
