@@ -627,7 +627,7 @@ class ConnectionActor(GeventActor):
             else None,
         )
         try:
-            dispatcher.ask(AddConsumer(consumer), block=True)
+            notices: list[bytes] = dispatcher.ask(AddConsumer(consumer), block=True)
         except BrokerError as error:
             self._error(request_id, error.code, error.message)
             return
@@ -637,6 +637,8 @@ class ConnectionActor(GeventActor):
         self.consumers[request.consumer_id] = consumer
         self._consumers_changed()
         self._success(request_id)
+        if notices:  # Failover's ACTIVE_CONSUMER_CHANGE, after the SUCCESS
+            self.handle.event_loop.tell(WriteAfterMessages(self.handle, notices))
 
     def _consumers_changed(self) -> None:
         """Publish the consumers to the event loop (one assignment; it reads without a lock)."""

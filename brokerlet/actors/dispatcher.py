@@ -58,7 +58,7 @@ from brokerlet.actors.messages import (
 )
 from brokerlet.actors.supervision import QuietRef, dispatcher_failed, tell_quietly
 from brokerlet.config import Settings
-from brokerlet.dispatch.consumer import Consumer
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
 from brokerlet.dispatch.cursor_saver import CursorSaver
 from brokerlet.dispatch.delayed import DelayedDelivery
 from brokerlet.dispatch.filters import DeliveryFilter, SkipSettled
@@ -241,12 +241,15 @@ class Dispatcher:
 
     # Membership.
 
-    def _add_consumer(self, message: AddConsumer) -> None:
+    def _add_consumer(self, message: AddConsumer) -> list[bytes]:
+        """Join a consumer; answers the ACTIVE_CONSUMER_CHANGE frames for its own connection,
+        which the connection writes after the SUBSCRIBE's SUCCESS."""
         if self.subscription.add(message.consumer, self.gate):
             self._wake_for_replay()
-        self._announce_active(message.consumer)
+        own = self._announce_active(message.consumer, message.consumer.connection)
         log.debug("%s: added %r", self, message.consumer)
         self.gate.request()
+        return own
 
     def _remove_consumer(self, message: RemoveConsumer) -> None:
         removal = self.subscription.remove(message.consumer, unsubscribe=message.unsubscribe)
@@ -263,9 +266,13 @@ class Dispatcher:
                 self.cursor_saver.forget()  # deleted, not saved
             self.topic.tell(SubscriptionClosed(self.name, self.actor_ref, deleted=True))
 
-    def _announce_active(self, added: Consumer | None) -> None:
+    def _announce_active(
+        self, added: Consumer | None, requester: ConnectionHandle | None = None
+    ) -> list[bytes]:
         """Failover: ACTIVE_CONSUMER_CHANGE to whom the strategy says, after the MESSAGE
-        frames already queued for them (so a listener sees it in order)."""
+        frames already queued for them (so a listener sees it in order); the frames for
+        ``requester``'s consumers are returned instead, for it to write after its reply."""
+        own: list[bytes] = []
         for consumer, is_active in self.strategy.active_notices(added):
             change = pb.CommandActiveConsumerChange(
                 consumer_id=consumer.consumer_id, is_active=is_active
@@ -276,7 +283,11 @@ class Dispatcher:
                 )
             )
             handle = consumer.connection
-            tell_quietly(handle.event_loop, WriteAfterMessages(handle, [frame]))
+            if handle is requester:
+                own.append(frame)
+            else:
+                tell_quietly(handle.event_loop, WriteAfterMessages(handle, [frame]))
+        return own
 
     def _seek(self, message: Seek) -> list[Consumer]:
         """Disconnect every consumer, forget in-flight state, and restart at ``entry_id``.
