@@ -672,11 +672,20 @@ class ConnectionActor(GeventActor):
                     )
                 )
             return
-        # An id with an ack_set acknowledges only part of a batch: the entry stays unacked.
+        # An id with an ack_set acknowledges only part of a batch (dispatch/batch_acks.py);
+        # without batch-index acks enabled the entry just stays unacked.
         positions = [(m.ledger_id, m.entry_id) for m in ack.message_id if not m.ack_set]
-        if positions:
+        ack_sets = None
+        if self.settings.acknowledgment_at_batch_index_level_enabled:
+            ack_sets = {
+                (m.ledger_id, m.entry_id): tuple(m.ack_set) for m in ack.message_id if m.ack_set
+            }
+        if positions or ack_sets:
             cumulative = ack.ack_type == pb.CommandAck.Cumulative
-            tell_quietly(self._dispatcher_of(consumer), Ack(consumer, positions, cumulative))
+            tell_quietly(
+                self._dispatcher_of(consumer),
+                Ack(consumer, positions, cumulative, ack_sets or None),
+            )
         if ack.HasField("request_id"):
             # The ack is queued to the dispatcher ahead of anything the client sends after
             # this receipt. An id acked before is acked again harmlessly and answered OK, as

@@ -58,6 +58,7 @@ from brokerlet.actors.messages import (
 )
 from brokerlet.actors.supervision import QuietRef, dispatcher_failed, tell_quietly
 from brokerlet.config import Settings
+from brokerlet.dispatch.batch_acks import BatchAckFilter
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
 from brokerlet.dispatch.cursor_saver import CursorSaver
 from brokerlet.dispatch.delayed import DelayedDelivery
@@ -144,6 +145,9 @@ class Dispatcher:
             wake_after=self._wake_after,
         )
         self.filters: list[DeliveryFilter] = [SkipSettled(cursor, self.book.replay), self.delayed]
+        self.batch_acks = self.subscription.batch_acks
+        if self.batch_acks is not None:
+            self.filters.append(BatchAckFilter(self.batch_acks))
         self.reads_issued = 0
         self.read_passes = 0  # wake-ups of the read loop, productive or not
         self._stats = SubscriptionStats()
@@ -298,6 +302,8 @@ class Dispatcher:
         """
         closed = self.subscription.close_all()
         self.cursor.reset(message.entry_id - 1)
+        if self.batch_acks is not None:
+            self.batch_acks.clear()  # as Pulsar's cursor reset drops batch-deleted indexes
         self._rewind()  # reads start again at entry_id
         self._cursor_changed()
         log.info("%s: reset to entry %d", self, message.entry_id)
@@ -453,7 +459,17 @@ class Dispatcher:
         if self.options.completion_barrier:
             self._writes_in_flight += 1
             completion = _BatchWrittenNotice(self.actor_ref)
-        consumer.connection.event_loop.tell(SendMessages(consumer, batch, redelivery, completion))
+        ack_sets = None
+        batch_acks = self.batch_acks
+        if batch_acks:  # partly acked batches tell the client which members to skip
+            ack_sets = {}
+            for entry in batch:
+                words = batch_acks.words(entry.entry_id)
+                if words is not None:
+                    ack_sets[entry.entry_id] = words
+        consumer.connection.event_loop.tell(
+            SendMessages(consumer, batch, redelivery, completion, ack_sets or None)
+        )
 
     def _batch_written(self, _message: object) -> None:
         self._writes_in_flight -= 1
@@ -463,7 +479,9 @@ class Dispatcher:
     # Acknowledgements and redelivery.
 
     def _ack(self, message: Ack) -> None:
-        moved = self.subscription.ack(message.positions, cumulative=message.cumulative)
+        moved = self.subscription.ack(
+            message.positions, cumulative=message.cumulative, ack_sets=message.ack_sets
+        )
         if moved is None:
             return
         if moved:

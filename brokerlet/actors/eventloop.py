@@ -59,6 +59,7 @@ class EventLoopActor(GeventActor):
             return  # the connection's cleanup releases these entries for redelivery
         consumer_id = consumer.consumer_id
         buffers: list[bytes] = []
+        ack_sets = message.ack_sets
         for entry, redelivery_count in zip(message.entries, message.redelivery_counts, strict=True):
             header, data = encode_message(
                 consumer_id,
@@ -67,6 +68,7 @@ class EventLoopActor(GeventActor):
                 redelivery_count,
                 entry.data,
                 entry.checksum,
+                ack_sets.get(entry.entry_id, ()) if ack_sets else (),
             )
             buffers.append(header)
             buffers.append(data)

@@ -420,6 +420,8 @@ class Ack:
     consumer: Consumer
     positions: Sequence[tuple[int, int]]  # (ledger id, entry id)
     cumulative: bool
+    # Batch-index acks: (ledger id, entry id) -> ack-set words (set bit: not acked yet).
+    ack_sets: Mapping[tuple[int, int], Sequence[int]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -491,6 +493,7 @@ class SendMessages:
     entries: list[Entry]
     redelivery_counts: list[int]
     completion: WriteCompletion
+    ack_sets: dict[int, list[int]] | None = None  # entry id -> members not acked yet
 
 
 @dataclass(frozen=True, slots=True)

@@ -269,6 +269,11 @@ class Settings:
         "read is delivered at once.",
         alias="delayedDeliveryTickTimeMillis", minimum=1,
     )
+    acknowledgment_at_batch_index_level_enabled: bool = setting(
+        True, "Keep acks of single messages of a batch; redeliveries skip them "
+        "(Pulsar 4.2 and 5.0 default).",
+        alias="acknowledgmentAtBatchIndexLevelEnabled",
+    )
     # fmt: on
 
     def __post_init__(self) -> None:
