@@ -436,6 +436,18 @@ class ConnectionActor(GeventActor):
         except BrokerError as error:
             self._error(request.request_id, error.code, error.message)
             return
+        if request.initial_subscription_name:
+            # A dead-letter producer's: the subscription keeps what it writes for a consumer
+            # that subscribes later (Pulsar creates it at Earliest, durable).
+            topic_ref.ask(
+                Subscribe(
+                    request.initial_subscription_name,
+                    pb.CommandSubscribe.Shared,
+                    True,
+                    pb.CommandSubscribe.Earliest,
+                ),
+                block=True,
+            )
         self.producers[request.producer_id] = _Producer(
             request.producer_id, name, request.topic, topic_ref
         )
