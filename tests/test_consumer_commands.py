@@ -16,8 +16,8 @@ import time
 from google.protobuf import unknown_fields
 
 from brokerlet import Broker
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import Frame, pb
-from tests.rawclient import RawClient
 
 T = pb.BaseCommand
 

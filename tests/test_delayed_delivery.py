@@ -7,7 +7,6 @@ Exclusive and Failover deliver at once. Every wait here is bounded; none is a sl
 
 from __future__ import annotations
 
-import signal
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -21,8 +20,8 @@ from brokerlet.dispatch.delayed import DelayedDelivery, DelayTracker
 from brokerlet.dispatch.replay import ReplaySet
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.ledger import Entry
+from brokerlet.testing.process import BrokerletProcess
 from brokerlet.transport.protocol import build_entry, deliver_at_time, pb, publish_time
-from tests.test_durability import start_broker_process
 
 
 def _entry(entry_id: int, deliver_at: int | None = None) -> Entry:
@@ -206,11 +205,10 @@ def test_acked_while_delayed_never_arrives_and_stats_count_it(
 
 @pytest.mark.official
 def test_delayed_messages_survive_a_serve_restart_neither_lost_nor_early(tmp_path: Path) -> None:
-    process, (host, port) = start_broker_process(tmp_path)
-    url = f"pulsar://{host}:{port}"
     topic = "persistent://public/default/delayed-restart"
-    try:
-        client = pulsar.Client(url, operation_timeout_seconds=5)
+    with BrokerletProcess(data_dir=tmp_path) as broker:  # `brokerlet serve`
+        broker.start()
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=5)
         consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
         producer = client.create_producer(topic, batching_enabled=False)
         due = int(time.time() * 1000) + 4_000
@@ -222,12 +220,9 @@ def test_delayed_messages_survive_a_serve_restart_neither_lost_nor_early(tmp_pat
         assert message.data() == b"plain"
         consumer.acknowledge(message)
         client.close()
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(10)
-    process, (host, port) = start_broker_process(tmp_path)
-    try:
-        client = pulsar.Client(f"pulsar://{host}:{port}", operation_timeout_seconds=5)
+    with BrokerletProcess(data_dir=tmp_path) as broker:
+        broker.start()
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=5)
         consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
         got = []
         end = time.monotonic() + 10
@@ -239,6 +234,3 @@ def test_delayed_messages_survive_a_serve_restart_neither_lost_nor_early(tmp_pat
                 consumer.acknowledge(message)
         assert sorted(got) == [b"d0", b"d1", b"d2"]
         client.close()
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(10)

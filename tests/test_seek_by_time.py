@@ -19,8 +19,8 @@ import pytest
 from brokerlet import Broker
 from brokerlet.storage.ledger import Entry, MemoryLedger, NewEntry
 from brokerlet.storage.time_search import PublishTimeSearch
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import build_entry, pb, publish_time
-from tests.rawclient import RawClient
 
 T = pb.BaseCommand
 

@@ -71,6 +71,7 @@ from brokerlet.keyshared import KeySharedMeta
 from brokerlet.metadata.listeners import Listener, UnknownListener, parse_listeners, pick_listener
 from brokerlet.metadata.naming import InvalidName, TopicName
 from brokerlet.metadata.topics import filter_by_pattern, topics_hash
+from brokerlet.security.session import CheckCredentials, ConnectionAuth
 from brokerlet.storage.ledger import NewEntry
 from brokerlet.transport.protocol import (
     PROTOCOL_VERSION,
@@ -84,6 +85,7 @@ from brokerlet.transport.protocol import (
     encode_consumer_stats_response,
     encode_send_receipt,
     metadata_problem,
+    parse_metadata,
     pb,
 )
 
@@ -137,6 +139,9 @@ class ConnectionActor(GeventActor):
         settings: Settings,
         advertised_url: str,
         close_socket: Callable[[str], None],
+        advertised_url_tls: str = "",
+        security: Any = None,
+        peer_cert: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.handle = handle
@@ -146,6 +151,17 @@ class ConnectionActor(GeventActor):
         self.settings = settings
         self.advertised_url = advertised_url
         self._close_socket = close_socket
+        self.advertised_url_tls = advertised_url_tls  # set only on TLS connections
+        self.auth = ConnectionAuth(
+            security,
+            self.peer,
+            peer_cert,
+            send=self._send,
+            disconnect=self._disconnect,
+            send_then_disconnect=lambda command, reason: self.channel.write(
+                encode_command(command), lambda _error: self._disconnect(reason)
+            ),
+        )
         self.connected = False
         self.protocol_version = 0
         self.producers: dict[int, _Producer] = {}
@@ -170,6 +186,7 @@ class ConnectionActor(GeventActor):
             T.GET_LAST_MESSAGE_ID: self._get_last_message_id,
             T.SEEK: self._seek,
             T.CONSUMER_STATS: self._consumer_stats,
+            T.AUTH_RESPONSE: lambda command: self.auth.auth_response(command.auth_response),
             T.GET_TOPICS_OF_NAMESPACE: self._topics_of_namespace,
         }
 
@@ -185,6 +202,8 @@ class ConnectionActor(GeventActor):
             self._lost(message.reason)
         elif kind is ConsumerClosedByBroker:
             self._closed_by_broker(message.consumer)
+        elif kind is CheckCredentials:
+            self.auth.check_expiry()
         elif kind is TopicClosedByBroker:
             self._topic_closed(message.topic)
         else:
@@ -195,6 +214,7 @@ class ConnectionActor(GeventActor):
         # The failure is logged already (GeventActor); nothing here may raise again.
         record_failure("connection")
         try:
+            self.auth.stop()
             self._release_all()
         finally:
             self._close_socket(f"internal error: {exc!r}")
@@ -208,6 +228,7 @@ class ConnectionActor(GeventActor):
 
     def _lost(self, reason: str) -> None:
         log.info("connection from %s closed: %s", self.peer, reason)
+        self.auth.stop()
         self._unknown_consumer.summarise()
         self._refused.summarise()
         self._release_all()
@@ -296,6 +317,8 @@ class ConnectionActor(GeventActor):
         if self.connected:
             raise _ProtocolViolation("a second CONNECT")
         connect = command.connect
+        if not self.auth.connect(connect, self.actor_ref.tell):
+            return  # refused with AuthenticationError; the connection is closing
         self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
         self.connected = True
         log.debug(
@@ -321,6 +344,14 @@ class ConnectionActor(GeventActor):
     def _partitioned_metadata(self, command: pb.BaseCommand) -> None:
         request = command.partitioned_metadata
         response = pb.CommandPartitionedTopicMetadataResponse(request_id=request.request_id)
+        if not self.auth.allowed("lookup", request.topic):
+            response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
+            response.error = pb.AuthorizationError
+            response.message = f"Role {self.auth.role!r} may not look up {request.topic}"
+            self._send(
+                T(type=T.PARTITIONED_METADATA_RESPONSE, partitioned_metadata_response=response)
+            )
+            return
         try:
             response.partitions = self.broker.ask(PartitionedMetadata(request.topic), block=True)
             response.response = pb.CommandPartitionedTopicMetadataResponse.Success
@@ -333,6 +364,12 @@ class ConnectionActor(GeventActor):
     def _lookup(self, command: pb.BaseCommand) -> None:
         request = command.lookup
         response = pb.CommandLookupTopicResponse(request_id=request.request_id)
+        if not self.auth.allowed("lookup", request.topic):
+            response.response = pb.CommandLookupTopicResponse.Failed
+            response.error = pb.AuthorizationError
+            response.message = f"Role {self.auth.role!r} may not look up {request.topic}"
+            self._send(T(type=T.LOOKUP_RESPONSE, lookup_response=response))
+            return
         try:
             self.broker.ask(LookupCheck(request.topic), block=True)
             listener = pick_listener(
@@ -353,6 +390,8 @@ class ConnectionActor(GeventActor):
             response.authoritative = True
             if listener is None:
                 response.broker_service_url = self.advertised_url
+                if self.advertised_url_tls:  # set on TLS connections only
+                    response.broker_service_url_tls = self.advertised_url_tls
             else:
                 if listener.service_url:
                     response.broker_service_url = listener.service_url
@@ -420,6 +459,13 @@ class ConnectionActor(GeventActor):
         if not valid_topic_name(request.topic):
             self._error(
                 request.request_id, pb.InvalidTopicName, f"Invalid topic name {request.topic!r}"
+            )
+            return
+        if not self.auth.allowed("produce", request.topic):
+            self._error(
+                request.request_id,
+                pb.AuthorizationError,
+                f"Role {self.auth.role!r} may not produce on {request.topic}",
             )
             return
         if request.HasField("producer_access_mode") and request.producer_access_mode != 0:
@@ -524,7 +570,7 @@ class ConnectionActor(GeventActor):
                     send.sequence_id,
                     producer.name,
                 )
-            elif len(section.entry) > max_size:
+            elif len(section.entry) > max_size and not _is_chunk(section.entry):
                 # The frame limit leaves room for the command; the message itself may not.
                 refusal = (
                     pb.NotAllowedError,
@@ -602,6 +648,13 @@ class ConnectionActor(GeventActor):
             return
         if not valid_topic_name(request.topic):
             self._error(request_id, pb.InvalidTopicName, f"Invalid topic name {request.topic!r}")
+            return
+        if not self.auth.allowed("consume", request.topic):
+            self._error(
+                request_id,
+                pb.AuthorizationError,
+                f"Role {self.auth.role!r} may not consume from {request.topic}",
+            )
             return
         durable = request.durable if request.HasField("durable") else True
         start = None
@@ -837,6 +890,19 @@ class ConnectionActor(GeventActor):
         response.consumer_mark_delete_position.ledger_id = ledger_id
         response.consumer_mark_delete_position.entry_id = mark_delete if mark_delete >= 0 else NO_ID
         self._send(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, get_last_message_id_response=response))
+
+
+def _is_chunk(entry: bytes) -> bool:
+    """Whether ``entry`` is one chunk of a chunked message.
+
+    Clients cut chunks of max_message_size payload bytes, so a chunk's metadata takes it just
+    past the limit; Pulsar skips the message-size check for chunks
+    (AbstractTopic.isExceedMaximumMessageSize) and only the frame limit holds.
+    """
+    try:
+        return parse_metadata(entry).num_chunks_from_msg > 1
+    except ProtocolError:
+        return False
 
 
 def _metadata_refusal(entry: bytes) -> tuple[pb.ServerError.ValueType, str] | None:
