@@ -12,6 +12,7 @@ from pathlib import Path
 from bench.plan import FULL, QUICK, SectionResult
 from bench.report import Row, print_header, print_table, system_info, write_json
 from bench.sections.backpressure import run_backpressure
+from bench.sections.consumer_semantics import run_consumer_semantics
 from bench.sections.flow import run_flow
 from bench.sections.keyshared import run_keyshared
 from bench.sections.memory import raise_file_limit, run_memory
@@ -27,7 +28,7 @@ __all__ = ["main"]
 
 # Client-process sections first; those that run a broker or actors in this process last.
 SECTIONS = ("throughput", "tls", "keyshared", "storage", "partitions", "startup", "memory",
-            "backpressure", "flow", "selector")
+            "backpressure", "flow", "selector", "consumer")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -64,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "backpressure": lambda: run_backpressure(plan),
         "flow": lambda: run_flow(plan),
         "selector": lambda: run_selector(plan),
+        "consumer": lambda: run_consumer_semantics(plan),
     }
     results: dict[str, object] = {"header": info, "quick": args.quick}
     rows: list[Row] = []

@@ -142,7 +142,7 @@ class Dispatcher:
             applies=lambda: self.subscription.strategy.delays_delivery,
             replay=self.book.replay,
             cursor=cursor,
-            wake_after=self._wake_after,
+            wake_after=self._wake_for_delayed,
         )
         self.filters: list[DeliveryFilter] = [SkipSettled(cursor, self.book.replay), self.delayed]
         self.batch_acks = self.subscription.batch_acks
@@ -164,7 +164,8 @@ class Dispatcher:
         self.backoff = ReadBackoff(settings)
         self._retry: Cancellable | None = None
         self._replay_timer: Cancellable | None = None
-        self._replay_timer_at = 0.0  # monotonic deadline of the replay timer
+        self._delay_timer: Cancellable | None = None  # the next delayed entry's time
+        self._delay_timer_at = 0.0  # its monotonic deadline
         self._writes_in_flight = 0  # only counted with the completion barrier
         self._gate: ConflatedTell[DispatcherActor] | None = None
         self._handlers: dict[type, Callable[[Any], Any]] = {
@@ -195,7 +196,7 @@ class Dispatcher:
         self.cursor_saver.save()
         for consumer in self.book.consumers:  # stopped under them (their topic failed): reconnect
             tell_quietly(consumer.connection.actor, ConsumerClosedByBroker(consumer))
-        for timer in (self._retry, self._replay_timer, self._persist_timer):
+        for timer in (self._retry, self._replay_timer, self._persist_timer, self._delay_timer):
             if timer is not None:
                 timer.cancel()
 
@@ -493,20 +494,31 @@ class Dispatcher:
         self._wake_for_replay()
 
     def _wake_after(self, delay_ms: float) -> None:
-        """A rule says held entries may go out after ``delay_ms``: read again then (one timer
-        at a time, so wake-ups meanwhile merge; an earlier one replaces a later one)."""
+        """The strategy says replayed entries may go out after ``delay_ms``: read again then
+        (one timer at a time, so wake-ups meanwhile merge)."""
+        if delay_ms <= 0:
+            self._wake_for_replay()
+        elif self._replay_timer is None or self._replay_timer.done:
+            tell = self.actor_ref.tell
+            self._replay_timer = self.call_later(delay_ms / 1000, lambda: tell(ReplayReady()))
+
+    def _wake_for_delayed(self, delay_ms: float) -> None:
+        """The delay tracker's next entry is due after ``delay_ms``: a timer of its own (so
+        the strategy's wake-ups never cancel it), an earlier time replacing a later one."""
         if delay_ms <= 0:
             self._wake_for_replay()
             return
         deadline = time.monotonic() + delay_ms / 1000
-        timer = self._replay_timer
+        timer = self._delay_timer
         if timer is not None and not timer.done:
-            if self._replay_timer_at <= deadline:
+            if self._delay_timer_at <= deadline:
                 return
             timer.cancel()
-        tell = self.actor_ref.tell
-        self._replay_timer_at = deadline
-        self._replay_timer = self.call_later(delay_ms / 1000, lambda: tell(ReplayReady()))
+        ref = self.actor_ref
+        self._delay_timer_at = deadline
+        self._delay_timer = self.call_later(
+            delay_ms / 1000, lambda: tell_quietly(ref, ReplayReady())
+        )
 
     def _cursor_changed(self) -> None:
         """Save the cursor soon: at most once per ``cursor_flush_ms``, whatever the ack rate."""

@@ -140,7 +140,10 @@ class DelayedDelivery:
         if not tracker:  # the common case: one check per read pass
             return
         now = int(self._clock() * 1000)
-        if self._wake_at is not None and now >= self._wake_at:
+        wake_at = self._wake_at
+        if wake_at is not None:
+            if now < wake_at:
+                return  # nothing is due before the wake-up asked for (it is the earliest)
             self._wake_at = None
         next_time = tracker.next_time()
         if next_time is not None and next_time <= now:
