@@ -9,6 +9,7 @@ CommandMessage.ack_set and the C++ client skips the members whose bit is clear
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pulsar
 import pytest
@@ -148,3 +149,41 @@ def test_cumulative_ack_inside_a_batch_moves_to_the_entry_before_and_keeps_the_r
         except pulsar.Timeout:
             break
     assert again == [b"m3", b"m4"]
+
+
+@pytest.mark.official
+def test_partial_acks_survive_a_restart_with_the_cursor(tmp_path: Path) -> None:
+    topic = "persistent://public/default/batch-acks-restart"
+
+    def subscribe(client: pulsar.Client) -> pulsar.Consumer:
+        return client.subscribe(
+            topic,
+            "sub",
+            consumer_type=pulsar.ConsumerType.Shared,
+            batch_index_ack_enabled=True,
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+
+    with Broker(port=0, storage="disk", data_dir=str(tmp_path)) as running:
+        client = pulsar.Client(running.service_url, operation_timeout_seconds=5)
+        consumer = subscribe(client)
+        _batch(client, topic, 5)
+        got = [consumer.receive(5_000) for _ in range(5)]
+        consumer.acknowledge(got[0])
+        consumer.acknowledge(got[4])
+        deadline = time.monotonic() + 5
+        while running.topic_stats(topic)["subscriptions"]["sub"]["unackedMessages"] != 3:  # type: ignore[index]
+            assert time.monotonic() < deadline, "the partial acks never arrived"
+            time.sleep(0.02)  # a bounded poll of the broker's stats
+        client.close()
+    with Broker(port=0, storage="disk", data_dir=str(tmp_path)) as running:
+        client = pulsar.Client(running.service_url, operation_timeout_seconds=5)
+        consumer = subscribe(client)
+        again = []
+        while True:
+            try:
+                again.append(consumer.receive(1_000).data())
+            except pulsar.Timeout:
+                break
+        assert again == [b"m1", b"m2", b"m3"]
+        client.close()

@@ -148,6 +148,7 @@ class Dispatcher:
         self.batch_acks = self.subscription.batch_acks
         if self.batch_acks is not None:
             self.filters.append(BatchAckFilter(self.batch_acks))
+            self.cursor_saver.restore_batch_acks(self.batch_acks)  # partial acks survive restarts
         self.reads_issued = 0
         self.read_passes = 0  # wake-ups of the read loop, productive or not
         self._stats = SubscriptionStats()

@@ -110,8 +110,14 @@ class BatchAcks:
         self._partial.clear()
 
     def state(self) -> dict[int, list[int]]:
-        """Entry id -> ack-set words, for saving with the cursor."""
-        return {e: _to_words(bits, size) for e, (size, bits) in self._partial.items()}
+        """Entry id -> ``[batch size, ack-set words...]``, for saving with the cursor."""
+        return {e: [size, *_to_words(bits, size)] for e, (size, bits) in self._partial.items()}
+
+    def restore(self, state: dict[int, list[int]], mark_delete: int) -> None:
+        """Take back what :meth:`state` saved, past ``mark_delete``; bad records are skipped."""
+        for entry_id, (size, *words) in state.items():
+            if entry_id > mark_delete and size > 1:
+                self.apply(entry_id, words, size)
 
 
 class BatchAckFilter:
