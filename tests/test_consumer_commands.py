@@ -17,7 +17,7 @@ from google.protobuf import unknown_fields
 
 from brokerlet import Broker
 from brokerlet.testing.rawclient import RawClient
-from brokerlet.transport.protocol import Frame, pb
+from brokerlet.transport.protocol import Frame, FrameDecoder, build_entry, encode_message, pb
 
 T = pb.BaseCommand
 
@@ -198,3 +198,59 @@ def test_consumer_stats_answers_the_consumers_real_figures(broker: Broker, topic
         missing = _fields(_body(raw.expect_frame(T.CONSUMER_STATS_RESPONSE)))
         assert (missing[1], missing[2]) == (8, pb.ConsumerNotFound)
         raw.ping()
+
+
+def test_encoded_message_carries_ack_set_and_epoch() -> None:
+    entry = build_entry(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=0), b"")
+    header, data = encode_message(1, 2, 3, 0, entry, 0, [0b1010, -1], 7)
+    (frame,) = FrameDecoder(1 << 20).feed(header + data)
+    message = frame.command.message
+    assert list(message.ack_set) == [0b1010, -1]
+    assert message.consumer_epoch == 7
+
+
+def _subscribe_with_epoch(raw: RawClient, topic: str, sub_type: int, epoch: int) -> None:
+    raw.send_command(
+        T(
+            type=T.SUBSCRIBE,
+            subscribe=pb.CommandSubscribe(
+                topic=topic,
+                subscription=f"epoch-{sub_type}",
+                sub_type=sub_type,  # type: ignore[arg-type]
+                consumer_id=1,
+                request_id=1,
+                consumer_epoch=epoch,
+                initial_position=pb.CommandSubscribe.Earliest,
+            ),
+        )
+    )
+    raw.expect(T.SUCCESS)
+
+
+def test_exclusive_messages_carry_the_consumer_epoch_and_redeliver_raises_it(
+    broker: Broker, topic: str
+) -> None:
+    """Pulsar's Consumer: SUBSCRIBE's consumer_epoch, raised by a REDELIVER with a newer one;
+    MESSAGE frames carry it on Exclusive and Failover (not on Shared)."""
+    with RawClient(broker.address, timeout=5) as raw:
+        raw.handshake()
+        raw.create_producer(topic, 1)
+        raw.produce(1, 0, b"m0")
+        _subscribe_with_epoch(raw, topic, pb.CommandSubscribe.Exclusive, 3)
+        raw.flow(1, 10)
+        assert raw.expect(T.MESSAGE).message.consumer_epoch == 3
+        raw.send_command(
+            T(
+                type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
+                redeliver_unacknowledged_messages=pb.CommandRedeliverUnacknowledgedMessages(
+                    consumer_id=1, consumer_epoch=4
+                ),
+            )
+        )
+        again = raw.expect(T.MESSAGE).message
+        assert (again.consumer_epoch, again.redelivery_count) == (4, 1)
+    with RawClient(broker.address, timeout=5) as raw:
+        raw.handshake()
+        _subscribe_with_epoch(raw, topic, pb.CommandSubscribe.Shared, 3)
+        raw.flow(1, 10)
+        assert not raw.expect(T.MESSAGE).message.HasField("consumer_epoch")

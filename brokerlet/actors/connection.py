@@ -690,6 +690,10 @@ class ConnectionActor(GeventActor):
             key_shared=KeySharedMeta.from_command(request)
             if request.sub_type == pb.CommandSubscribe.Key_Shared
             else None,
+            epoch=request.consumer_epoch
+            if request.HasField("consumer_epoch")
+            and request.sub_type in (pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover)
+            else None,
         )
         try:
             notices: list[bytes] = dispatcher.ask(AddConsumer(consumer), block=True)
@@ -783,7 +787,8 @@ class ConnectionActor(GeventActor):
         if consumer is None:
             return
         positions = [(m.ledger_id, m.entry_id) for m in request.message_ids] or None
-        tell_quietly(self._dispatcher_of(consumer), Redeliver(consumer, positions))
+        epoch = request.consumer_epoch if request.HasField("consumer_epoch") else None
+        tell_quietly(self._dispatcher_of(consumer), Redeliver(consumer, positions, epoch))
 
     def _close_consumer(self, command: pb.BaseCommand) -> None:
         request = command.close_consumer

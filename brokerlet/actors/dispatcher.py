@@ -470,7 +470,7 @@ class Dispatcher:
                 if words is not None:
                     ack_sets[entry.entry_id] = words
         consumer.connection.event_loop.tell(
-            SendMessages(consumer, batch, redelivery, completion, ack_sets or None)
+            SendMessages(consumer, batch, redelivery, completion, ack_sets or None, consumer.epoch)
         )
 
     def _batch_written(self, _message: object) -> None:
@@ -491,7 +491,12 @@ class Dispatcher:
         self._cursor_changed()
 
     def _redeliver(self, message: Redeliver) -> None:
-        self.subscription.redeliver(message.consumer, message.positions)
+        consumer = message.consumer
+        if message.epoch is not None and consumer.epoch is not None:
+            # As Pulsar's Consumer: a newer epoch is taken; MESSAGE frames of the old one
+            # still on their way are dropped by the client.
+            consumer.epoch = max(consumer.epoch, message.epoch)
+        self.subscription.redeliver(consumer, message.positions)
         self._wake_for_replay()
 
     def _wake_after(self, delay_ms: float) -> None:

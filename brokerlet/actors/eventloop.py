@@ -60,6 +60,7 @@ class EventLoopActor(GeventActor):
         consumer_id = consumer.consumer_id
         buffers: list[bytes] = []
         ack_sets = message.ack_sets
+        epoch = message.epoch
         for entry, redelivery_count in zip(message.entries, message.redelivery_counts, strict=True):
             header, data = encode_message(
                 consumer_id,
@@ -69,6 +70,7 @@ class EventLoopActor(GeventActor):
                 entry.data,
                 entry.checksum,
                 ack_sets.get(entry.entry_id, ()) if ack_sets else (),
+                epoch,
             )
             buffers.append(header)
             buffers.append(data)

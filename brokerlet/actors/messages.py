@@ -428,6 +428,7 @@ class Ack:
 class Redeliver:
     consumer: Consumer
     positions: Sequence[tuple[int, int]] | None  # None: every entry pending on the consumer
+    epoch: int | None = None  # consumer_epoch of the request (Exclusive/Failover clients)
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,6 +495,7 @@ class SendMessages:
     redelivery_counts: list[int]
     completion: WriteCompletion
     ack_sets: dict[int, list[int]] | None = None  # entry id -> members not acked yet
+    epoch: int | None = None  # the consumer's epoch when the batch was handed out
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,6 +104,7 @@ def encode_message(  # noqa: PLR0917 (the positional signature is the public API
     entry: bytes,
     checksum: int,
     ack_set: Sequence[int] = (),
+    consumer_epoch: int | None = None,
 ) -> tuple[bytes, bytes]:
     """Encode a MESSAGE frame (broker to consumer).
 
@@ -118,6 +119,7 @@ def encode_message(  # noqa: PLR0917 (the positional signature is the public API
         entry: ``[metadata_size u32][MessageMetadata][payload]``.
         checksum: CRC-32C of ``entry`` (stored with it, so not recomputed here).
         ack_set: int64 words of a partly acknowledged batch's members not acked yet.
+        consumer_epoch: the consumer's epoch (Exclusive/Failover clients that send one).
 
     Returns:
         (header, entry): the frame is their concatenation; write both with one
@@ -134,6 +136,8 @@ def encode_message(  # noqa: PLR0917 (the positional signature is the public API
     )
     if ack_set:
         body += b"".join(b"\x20" + _uint(word & _UINT64_MASK) for word in ack_set)
+    if consumer_epoch is not None:
+        body += b"\x28" + _uint(consumer_epoch)
     command = _MESSAGE_PREFIX + _uint(len(body)) + body
     header = b"".join(
         (
