@@ -14,6 +14,8 @@ out. Commands are the generated protobuf classes in ``pb``::
 from brokerlet.transport.protocol import pulsar_pb2 as pb
 from brokerlet.transport.protocol._errors import ProtocolError
 from brokerlet.transport.protocol._fast import (
+    SendFields,
+    decode_send,
     encode_ack,
     encode_flow,
     encode_message,
@@ -58,12 +60,14 @@ __all__ = [
     "FrameDecoder",
     "Payload",
     "ProtocolError",
+    "SendFields",
     "build_entry",
     "command_body",
     "command_name",
     "consumer_stats_request",
     "crc32c",
     "decode_payload",
+    "decode_send",
     "deliver_at_time",
     "encode_ack",
     "encode_ack_response",
