@@ -14,6 +14,7 @@ from brokerlet.admin.routes import (
     clusters,
     lookup,
     namespaces,
+    schemas,
     stats,
     tenants,
     topics,
@@ -21,7 +22,7 @@ from brokerlet.admin.routes import (
 
 __all__ = ["MODULES", "all_routes"]
 
-MODULES = (stats, brokers, clusters, tenants, namespaces, topics, lookup)
+MODULES = (stats, brokers, clusters, tenants, namespaces, topics, lookup, schemas)
 
 
 @functools.cache
