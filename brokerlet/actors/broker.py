@@ -28,6 +28,7 @@ from brokerlet.actors.messages import (
     IsIdle,
     ListTopics,
     LookupCheck,
+    OpenTopic,
     PartitionedMetadata,
     Subscribe,
     TopicFailed,
@@ -46,6 +47,8 @@ from brokerlet.metadata import topics as rules
 from brokerlet.metadata.policies import PolicyError
 from brokerlet.metadata.store import AlreadyExists, NotFound
 from brokerlet.storage import CursorStore, DiskStorage, Ledger, MemoryLedger
+from brokerlet.topicops import broker_side as topic_ops
+from brokerlet.topicops.nonpersistent import is_non_persistent
 from brokerlet.transport.protocol import pb
 
 __all__ = [
@@ -132,6 +135,8 @@ class BrokerActor(GeventActor):
             return self._update_partitions(message)
         if isinstance(message, DeleteTopic):
             return self._delete(message)
+        if isinstance(message, OpenTopic):
+            return topic_ops.open_topic(self, message.name)
         raise UnexpectedMessage(self, message)
 
     def on_stop(self) -> None:
@@ -154,7 +159,7 @@ class BrokerActor(GeventActor):
                 self._refusing(rules.admit, parsed)
             ledger: Ledger
             cursors: CursorStore | None = None
-            if self.storage is not None:
+            if self.storage is not None and not is_non_persistent(name):
                 ledger, cursors = self.storage.open_topic(name)
             else:
                 memory = self._memory_ledgers.get(name)

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Ack",
+    "AckDropped",
+    "AckUpTo",
     "AddConsumer",
     "AddProducer",
     "Append",
@@ -37,22 +39,34 @@ __all__ = [
     "CloseIdleTopics",
     "ConnectionLost",
     "ConsumerClosedByBroker",
+    "CreateSubscription",
     "CreateTopic",
     "CursorState",
+    "DeleteSubscription",
     "DeleteTopic",
     "DispatcherFailed",
+    "EndOfTopicReached",
     "EntriesRead",
+    "ExamineMessage",
+    "ExpireMessages",
     "FindTopic",
     "GetCursorState",
     "GetLastEntry",
     "GetMarkDelete",
+    "GetMessage",
+    "GetPermitTotal",
     "GetStats",
     "GetTopic",
+    "InternalStats",
     "IsIdle",
+    "LastMessageId",
+    "ListSubscriptions",
     "ListTopics",
     "LookupCheck",
     "MarkDeleteMoved",
+    "OpenTopic",
     "PartitionedMetadata",
+    "PeekMessage",
     "PersistCursor",
     "ReadEntries",
     "ReadIds",
@@ -63,17 +77,23 @@ __all__ = [
     "RemoveConsumer",
     "RemoveProducer",
     "ReplayReady",
+    "ResetCursor",
     "ResolvePosition",
     "Seek",
     "SendMessages",
+    "SkipEntries",
+    "SkipEntriesOf",
     "Subscribe",
     "SubscriptionClosed",
+    "TerminateTopic",
     "TopicClosedByBroker",
     "TopicFailed",
     "TopicStats",
     "TopicStatsPart",
+    "TopicTerminated",
     "TopicsOfNamespace",
     "UnexpectedMessage",
+    "UnloadTopic",
     "UpdatePartitions",
     "WritabilityChanged",
     "WriteAfterMessages",
@@ -186,6 +206,14 @@ class TopicFailed:
     cursors: dict[str, CursorState]
 
 
+@dataclass(frozen=True, slots=True)
+class OpenTopic:
+    """Asked (topic operations): the topic's actor, opening a topic the metadata store or the
+    disk knows but no actor serves yet; None for a topic that does not exist (never creates)."""
+
+    name: str
+
+
 # TopicActor: appends, producers, subscriptions and reads.
 
 
@@ -280,6 +308,7 @@ class TopicStatsPart:
     own: dict[str, Any]  # Pulsar's topic stats fields the topic actor keeps itself
     last_entry_id: int
     subscriptions: dict[str, tuple[pykka.ActorRef[DispatcherActor], int]]  # with mark-delete
+    extra: dict[str, Any] = field(default_factory=dict)  # topic operations: terminated, drops
 
 
 class IsIdle:
@@ -338,6 +367,85 @@ class SubscriptionClosed:
     deleted: bool = False  # unsubscribed (or non-durable): forget its stored cursor too
 
 
+# TopicActor, topic operations (brokerlet.topicops.topic_side handles them).
+
+
+@dataclass(frozen=True, slots=True)
+class TerminateTopic:
+    """Asked: refuse later messages; answers the last message id ``(ledger, entry)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadTopic:
+    """Close every producer and consumer (they reconnect); state stays stored."""
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSubscription:
+    subscription: str
+    position: str | tuple[int, int]  # "latest", "earliest" or a message id
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSubscription:
+    subscription: str
+    force: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ListSubscriptions:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SkipEntries:
+    subscription: str
+    count: int | None  # None: skip everything
+
+
+@dataclass(frozen=True, slots=True)
+class ResetCursor:
+    subscription: str
+    publish_time_ms: int | None = None
+    message_id: tuple[int, int] | None = None
+    excluded: bool = False  # the message id's own entry is skipped too
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireMessages:
+    subscription: str | None  # None: every subscription
+    seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeekMessage:
+    subscription: str
+    position: int  # 1 = the first entry after the mark-delete position
+
+
+@dataclass(frozen=True, slots=True)
+class ExamineMessage:
+    initial_position: str  # "earliest" or "latest"
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class GetMessage:
+    ledger_id: int
+    entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class InternalStats:
+    """Asked: the managed-ledger part of internalStats and the dispatchers' refs (the caller
+    asks those itself, see ``brokerlet.topicops.api``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LastMessageId:
+    pass
+
+
 # ConnectionActor: what the reader greenlet decoded, receipts, broker-initiated closes.
 
 
@@ -379,9 +487,17 @@ class ConsumerClosedByBroker:
 
 @dataclass(frozen=True, slots=True)
 class TopicClosedByBroker:
-    """The topic failed: close your producers on it (the clients reconnect)."""
+    """The topic failed, was unloaded or terminated: close your producers on it (the clients
+    reconnect)."""
 
-    topic: pykka.ActorRef[TopicActor]  # the dead ref
+    topic: pykka.ActorRef[TopicActor]
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfTopicReached:
+    """The consumer read a terminated topic to its end (REACHED_END_OF_TOPIC)."""
+
+    consumer: Consumer
 
 
 # DispatcherActor: one subscription's delivery.
@@ -456,9 +572,16 @@ class GetCursorState:
 @dataclass(frozen=True, slots=True)
 class CloseConsumers:
     """Asked: how many consumers are attached; with ``close``, also close each of them the
-    broker's way (CLOSE_CONSUMER; the client reconnects). Used before a topic is deleted."""
+    broker's way (CLOSE_CONSUMER; the client reconnects, its unacked entries come again).
 
-    close: bool
+    Used before a topic is deleted, by unload and by subscription deletes. With
+    ``only_if_idle`` nothing is closed while a consumer is attached; ``forget_cursor``: the
+    subscription is being deleted, its cursor is never saved again.
+    """
+
+    close: bool = True
+    only_if_idle: bool = False
+    forget_cursor: bool = False
 
 
 class BatchWritten:
@@ -472,6 +595,45 @@ class PersistCursor:
 class ReplayReady:
     """A strategy's delayed wake-up has come: replayed entries may go out now (Key_Shared:
     draining hashes were released and the unblocking interval has passed)."""
+
+
+# DispatcherActor, topic operations (brokerlet.topicops.subscription_side handles them).
+
+
+@dataclass(frozen=True, slots=True)
+class AckUpTo:
+    """Acknowledge every entry up to ``entry_id`` (skip all, expiry)."""
+
+    entry_id: int
+    expiry: bool = False  # counted in totalMsgExpired / lastExpireTimestamp
+
+
+@dataclass(frozen=True, slots=True)
+class SkipEntriesOf:
+    """Asked: acknowledge the next ``count`` unacknowledged entries up to ``last_entry_id``."""
+
+    count: int
+    last_entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicTerminated:
+    """The topic was terminated after ``last_entry_id``: tell consumers at the end."""
+
+    last_entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class AckDropped:
+    """Non-persistent: entries dropped for this subscription (or vanished from the ledger
+    before a replay read) count as acknowledged."""
+
+    entry_ids: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class GetPermitTotal:
+    """Asked: the dispatcher's permit total (shared, read by the non-persistent rule)."""
 
 
 # EventLoopActor: a connection's I/O tasks.

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from brokerlet.actors.topic import TopicActor
     from brokerlet.dispatch.consumer import Consumer
 
-__all__ = ["all_stats", "of_topic", "topic_stats"]
+__all__ = ["all_stats", "of_topic", "of_topic_with_part", "topic_stats"]
 
 TIMEOUT = 5.0
 
@@ -75,6 +75,14 @@ def consumer_figures(
 
 def of_topic(topic: pykka.ActorRef[TopicActor]) -> dict[str, Any]:
     """A topic's stats: its own part, then every dispatcher asked at once."""
+    return of_topic_with_part(topic)[0]
+
+
+def of_topic_with_part(
+    topic: pykka.ActorRef[TopicActor],
+) -> tuple[dict[str, Any], TopicStatsPart]:
+    """:func:`of_topic`, and the topic's own part (``extra`` holds what the topic operations
+    add: terminated, non-persistent drops)."""
     part: TopicStatsPart = topic.ask(TopicStats(), block=True, timeout=TIMEOUT)
     asked = {
         name: (ref.ask(GetStats(), block=False), mark_delete)
@@ -92,7 +100,7 @@ def of_topic(topic: pykka.ActorRef[TopicActor]) -> dict[str, Any]:
         subscriptions[name] = sub
     own = part.own
     subs = subscriptions.values()
-    return {
+    stats: dict[str, Any] = {
         "msgRateIn": own["msgRateIn"],
         "msgThroughputIn": own["msgThroughputIn"],
         "msgRateOut": sum(s["msgRateOut"] for s in subs),
@@ -107,3 +115,4 @@ def of_topic(topic: pykka.ActorRef[TopicActor]) -> dict[str, Any]:
         "publishers": own["publishers"],
         "subscriptions": subscriptions,
     }
+    return stats, part

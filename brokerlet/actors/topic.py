@@ -61,6 +61,7 @@ from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry, Ledger
 from brokerlet.storage.time_search import PublishTimeSearch
+from brokerlet.topicops.topic_side import TopicOps
 from brokerlet.transport.protocol import pb, publish_time
 
 if TYPE_CHECKING:
@@ -135,6 +136,9 @@ class TopicActor(GeventActor):
             IsIdle: lambda _: not (self.producers or self.subscriptions or self.waiting),
             CloseClients: self._close_clients,
         }
+        # Admin operations (terminate, unload, skip, peek, ...) and the non-persistent rule.
+        self.ops = TopicOps(self)
+        self._handlers.update(self.ops.handlers(self._handlers))
 
     def on_start(self) -> None:
         if self.cursors is None:
@@ -259,12 +263,18 @@ class TopicActor(GeventActor):
                 attached: int = dispatcher.ask(CloseConsumers(message.close), block=True)
                 count += attached
         if message.close:
-            for connection in {id(c): c for c in self.producer_connections.values()}.values():
-                if connection is not None:
-                    tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
-            self.producers.clear()
-            self.producer_connections.clear()
+            self.close_producers()
         return count
+
+    def close_producers(self) -> int:
+        """CLOSE_PRODUCER to every producer (delete, unload, terminate); they reconnect."""
+        for connection in {id(c): c for c in self.producer_connections.values()}.values():
+            if connection is not None:
+                tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+        closed = len(self.producers)
+        self.producers.clear()
+        self.producer_connections.clear()
+        return closed
 
     # Subscriptions.
 
@@ -352,7 +362,7 @@ class TopicActor(GeventActor):
     # Reading.
 
     def _read_entries(self, message: ReadEntries) -> None:
-        if message.start > self.ledger.last_entry_id:
+        if max(message.start, self.ledger.first_entry_id) > self.ledger.last_entry_id:
             self.waiting[message.subscription] = message
             return
         self.waiting.pop(message.subscription, None)
