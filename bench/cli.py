@@ -12,6 +12,7 @@ from pathlib import Path
 from bench.plan import FULL, QUICK, SectionResult
 from bench.report import Row, print_header, print_table, system_info, write_json
 from bench.sections.backpressure import run_backpressure
+from bench.sections.consumer_semantics import run_consumer_semantics
 from bench.sections.dedup import run_dedup
 from bench.sections.flow import run_flow
 from bench.sections.keyshared import run_keyshared
@@ -43,6 +44,7 @@ SECTIONS = (
     "selector",
     "schema",
     "latency",
+    "consumer",
 )
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -84,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "selector": lambda: run_selector(plan),
         "schema": lambda: run_schema(plan),
         "latency": lambda: run_latency(args.quick),
+        "consumer": lambda: run_consumer_semantics(plan),
     }
     results: dict[str, object] = {"header": info, "quick": args.quick}
     rows: list[Row] = []

@@ -7,6 +7,7 @@ atomicity they claim must not depend on cooperative scheduling.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,8 +19,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.messages import Ack, RemoveConsumer
 from brokerlet.config import load_settings
+from brokerlet.storage.ledger import Entry
+from brokerlet.transport.protocol import build_entry, pb
 from tests.conftest import Runtime
-from tests.dispatch_harness import LEDGER, Block, Harness
+from tests.dispatch_harness import LEDGER, Append, Block, Harness
 
 
 def finished(task: Any, timeout: float = 5) -> bool:
@@ -215,6 +218,7 @@ class PermitMachine(RuleBasedStateMachine):
         self.live: list[Any] = []
         self.removed: list[Any] = []
         self.names = 0
+        self.held: set[int] = set()  # delayed entries not due in this test
 
     def teardown(self) -> None:
         self.h.stop()
@@ -244,6 +248,34 @@ class PermitMachine(RuleBasedStateMachine):
         if chosen:
             self.h.dispatcher.tell(Ack(consumer, [(LEDGER, e) for e in chosen], cumulative=False))
 
+    @rule(count=st.integers(1, 4), held=st.booleans())
+    def publish_delayed(self, count: int, held: bool) -> None:
+        """Entries with a deliver_at_time: a year ahead (held, never delivered here) or in
+        the past (delivered at once)."""
+        now = int(time.time() * 1000)
+        at = now + 365 * 86_400_000 if held else now - 60_000
+        start = len(self.h.topic.proxy().entries.get())
+        entries = []
+        for i in range(count):
+            metadata = pb.MessageMetadata(
+                producer_name="p", sequence_id=start + i, publish_time=now, deliver_at_time=at
+            )
+            entries.append(Entry(LEDGER, start + i, build_entry(metadata, b"x"), 0, 1))
+        self.h.topic.tell(Append(entries))
+        if held:
+            self.held.update(range(start, start + count))
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 3), bits=st.integers(0, 0b110))
+    def ack_batch_members(self, index: int, bits: int) -> None:
+        """A batch-index ack of some members of one pending batch of 3 (bit set: not acked)."""
+        consumer = self.live[index % len(self.live)]
+        owners = self.h.proxy.pending_owner.get()
+        batches = [e for e, c in owners.items() if c is consumer and consumer.pending[e] > 1]
+        if batches:
+            positions = {(LEDGER, min(batches)): [bits]}
+            self.h.dispatcher.tell(Ack(consumer, [], cumulative=False, ack_sets=positions))
+
     @precondition(lambda self: self.live)
     @rule(index=st.integers(0, 3), replace=st.booleans())
     def remove(self, index: int, replace: bool) -> None:
@@ -261,6 +293,13 @@ class PermitMachine(RuleBasedStateMachine):
         assert h.total == sum(c.permits for c in self.live)
         assert all(not c.accounted for c in self.removed)
         assert h.proxy.unacked.get() == sum(c.unacked for c in self.live) >= 0
+        # A pending batch counts its unacked members only, never less than one.
+        for consumer in self.live:
+            assert consumer.unacked == sum(consumer.pending.values())
+            assert all(count >= 1 for count in consumer.pending.values())
+        # A delayed entry not due is never handed out, and the tracker holds nothing else.
+        assert not self.held & set(h.proxy.pending_owner.get())
+        assert h.proxy.delayed.get().delayed <= len(self.held)
         # A consumer stays blocked only while it still holds more than half the limit.
         assert all(c.unacked > 8 // 2 for c in self.live if c.blocked)
         backlog = len(h.topic.proxy().entries.get()) > h.proxy.read_position.get() or bool(

@@ -18,11 +18,13 @@ import functools
 import itertools
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import gevent
+import gevent.event
 import pykka
 
 from brokerlet import __version__
@@ -39,9 +41,11 @@ from brokerlet.actors.messages import (
     ConnectionLost,
     ConsumerClosedByBroker,
     EndOfTopicReached,
+    FindByPublishTime,
     FindTopic,
     GetLastEntry,
     GetMarkDelete,
+    GetStats,
     GetTopic,
     LookupCheck,
     PartitionedMetadata,
@@ -63,6 +67,7 @@ from brokerlet.actors.refusals import (
     refuse_unsupported,
     request_id_of,
 )
+from brokerlet.actors.stats_reader import consumer_figures
 from brokerlet.actors.supervision import record_failure, tell_quietly
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
@@ -87,8 +92,11 @@ from brokerlet.transport.protocol import (
     ProtocolError,
     SendFields,
     command_name,
+    consumer_stats_request,
     decode_payload,
+    encode_ack_response,
     encode_command,
+    encode_consumer_stats_response,
     encode_send_receipt,
     metadata_problem,
     parse_metadata,
@@ -107,6 +115,7 @@ log = logging.getLogger(__name__)
 T = pb.BaseCommand
 _producer_names = itertools.count()
 NO_ID = 2**64 - 1
+SEARCH_TIMEOUT = 30.0  # seconds a seek by publish time may take (a handful of reads)
 """-1 as an unsigned 64-bit id: "no entry" in message ids and request ids."""
 SEND_SLICE = 64
 """SENDs appended per slice of a received chunk before the handler yields to the hub."""
@@ -201,6 +210,7 @@ class ConnectionActor(GeventActor):
             T.UNSUBSCRIBE: self._unsubscribe,
             T.GET_LAST_MESSAGE_ID: self._get_last_message_id,
             T.SEEK: self._seek,
+            T.CONSUMER_STATS: self._consumer_stats,
             T.AUTH_RESPONSE: lambda command: self.auth.auth_response(command.auth_response),
             T.GET_TOPICS_OF_NAMESPACE: self._topics_of_namespace,
             T.GET_SCHEMA: self._get_schema,
@@ -532,6 +542,18 @@ class ConnectionActor(GeventActor):
         except BrokerError as error:
             self._error(request.request_id, error.code, error.message)
             return
+        if request.initial_subscription_name:
+            # A dead-letter producer's: the subscription keeps what it writes for a consumer
+            # that subscribes later (Pulsar creates it at Earliest, durable).
+            topic_ref.ask(
+                Subscribe(
+                    request.initial_subscription_name,
+                    pb.CommandSubscribe.Shared,
+                    True,
+                    pb.CommandSubscribe.Earliest,
+                ),
+                block=True,
+            )
         self.producers[request.producer_id] = _Producer(
             request.producer_id,
             name,
@@ -759,6 +781,14 @@ class ConnectionActor(GeventActor):
         except BrokerError as error:
             self._error(request_id, error.code, error.message)
             return
+        if request.start_message_rollback_duration_sec > 0 and not durable:
+            # A reader started that far back in publish time (Pulsar resets its cursor).
+            since = int(time.time() * 1000) - request.start_message_rollback_duration_sec * 1000
+            found = self._find_by_publish_time(topic_ref, since)
+            if isinstance(found, str):
+                self._error(request_id, pb.UnknownError, found)
+                return
+            start = found
         if self.schemas is not None:
             try:
                 schema_wire.admit_consumer(
@@ -792,9 +822,13 @@ class ConnectionActor(GeventActor):
             key_shared=KeySharedMeta.from_command(request)
             if request.sub_type == pb.CommandSubscribe.Key_Shared
             else None,
+            epoch=request.consumer_epoch
+            if request.HasField("consumer_epoch")
+            and request.sub_type in (pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover)
+            else None,
         )
         try:
-            dispatcher.ask(AddConsumer(consumer), block=True)
+            notices: list[bytes] = dispatcher.ask(AddConsumer(consumer), block=True)
         except BrokerError as error:
             self._error(request_id, error.code, error.message)
             return
@@ -804,6 +838,8 @@ class ConnectionActor(GeventActor):
         self.consumers[request.consumer_id] = consumer
         self._consumers_changed()
         self._success(request_id)
+        if notices:  # Failover's ACTIVE_CONSUMER_CHANGE, after the SUCCESS
+            self.handle.event_loop.tell(WriteAfterMessages(self.handle, notices))
 
     def _consumers_changed(self) -> None:
         """Publish the consumers to the event loop (one assignment; it reads without a lock)."""
@@ -827,12 +863,55 @@ class ConnectionActor(GeventActor):
         ack = command.ack
         consumer = self._consumer(ack.consumer_id, "ACK")
         if consumer is None:
+            if ack.HasField("request_id"):  # an ack receipt: the error, not a disconnect
+                self.channel.write(
+                    encode_ack_response(
+                        ack.consumer_id,
+                        ack.request_id,
+                        pb.ConsumerNotFound,
+                        f"Consumer {ack.consumer_id} not found",
+                    )
+                )
             return
-        # An id with an ack_set acknowledges only part of a batch: the entry stays unacked.
+        # An id with an ack_set acknowledges only part of a batch (dispatch/batch_acks.py);
+        # without batch-index acks enabled the entry just stays unacked.
         positions = [(m.ledger_id, m.entry_id) for m in ack.message_id if not m.ack_set]
-        if positions:
+        ack_sets = None
+        if self.settings.acknowledgment_at_batch_index_level_enabled:
+            ack_sets = {
+                (m.ledger_id, m.entry_id): tuple(m.ack_set) for m in ack.message_id if m.ack_set
+            }
+        if positions or ack_sets:
             cumulative = ack.ack_type == pb.CommandAck.Cumulative
-            tell_quietly(self._dispatcher_of(consumer), Ack(consumer, positions, cumulative))
+            tell_quietly(
+                self._dispatcher_of(consumer),
+                Ack(consumer, positions, cumulative, ack_sets or None),
+            )
+        if ack.HasField("request_id"):
+            # The ack is queued to the dispatcher ahead of anything the client sends after
+            # this receipt. An id acked before is acked again harmlessly and answered OK, as
+            # Pulsar's cursor does.
+            self.channel.write(encode_ack_response(ack.consumer_id, ack.request_id))
+
+    def _consumer_stats(self, command: pb.BaseCommand) -> None:
+        request = consumer_stats_request(command)
+        if request is None:
+            return  # no request id to answer
+        request_id, consumer_id = request
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            self.channel.write(
+                encode_consumer_stats_response(
+                    request_id, None, pb.ConsumerNotFound, f"Consumer {consumer_id} not found"
+                )
+            )
+            return
+        figures = consumer_figures(
+            self._dispatcher_of(consumer).ask(GetStats(), block=True),
+            self._topic(consumer.topic).ask(GetLastEntry(), block=True)[1],
+            consumer,
+        )
+        self.channel.write(encode_consumer_stats_response(request_id, figures))
 
     def _redeliver(self, command: pb.BaseCommand) -> None:
         request = command.redeliver_unacknowledged_messages
@@ -840,7 +919,8 @@ class ConnectionActor(GeventActor):
         if consumer is None:
             return
         positions = [(m.ledger_id, m.entry_id) for m in request.message_ids] or None
-        tell_quietly(self._dispatcher_of(consumer), Redeliver(consumer, positions))
+        epoch = request.consumer_epoch if request.HasField("consumer_epoch") else None
+        tell_quietly(self._dispatcher_of(consumer), Redeliver(consumer, positions, epoch))
 
     def _close_consumer(self, command: pb.BaseCommand) -> None:
         request = command.close_consumer
@@ -882,15 +962,16 @@ class ConnectionActor(GeventActor):
         consumer = self._requested_consumer(request.consumer_id, request.request_id)
         if consumer is None:
             return
-        if not request.HasField("message_id"):
-            self._error(
-                request.request_id,
-                pb.NotAllowedError,
-                "Seek by publish time is not supported by brokerlet yet",
-            )
-            return
-        target = (request.message_id.ledger_id, request.message_id.entry_id)
-        entry_id: int = self._topic(consumer.topic).ask(ResolvePosition(target), block=True)
+        topic = self._topic(consumer.topic)
+        if request.HasField("message_id"):
+            target = (request.message_id.ledger_id, request.message_id.entry_id)
+            entry_id: int = topic.ask(ResolvePosition(target), block=True)
+        else:
+            found = self._find_by_publish_time(topic, request.message_publish_time)
+            if isinstance(found, str):
+                self._error(request.request_id, pb.UnknownError, found)
+                return
+            entry_id = found[1]
         own_consumers: list[Consumer] = self._dispatcher_of(consumer).ask(
             Seek(entry_id, self.handle), block=True
         )
@@ -899,6 +980,23 @@ class ConnectionActor(GeventActor):
         frames.append(encode_command(success))
         # After the MESSAGE frames of the closed consumers, then the answer.
         self.handle.event_loop.tell(WriteAfterMessages(self.handle, frames))
+
+    @staticmethod
+    def _find_by_publish_time(
+        topic: pykka.ActorRef[TopicActor], publish_time: int
+    ) -> tuple[int, int] | str:
+        """The first position published at or after ``publish_time``, or why there is none."""
+        found: gevent.event.AsyncResult[tuple[int, int] | BaseException] = (
+            gevent.event.AsyncResult()
+        )
+        topic.tell(FindByPublishTime(publish_time, found.set))
+        try:
+            result: tuple[int, int] | BaseException = found.get(timeout=SEARCH_TIMEOUT)
+        except gevent.Timeout:
+            return "Seek by publish time timed out"
+        if isinstance(result, BaseException):
+            return f"Seek by publish time failed: {result}"
+        return result
 
     def _closed_by_broker(self, consumer: Consumer) -> None:
         frames = self._forget_closed(consumer)

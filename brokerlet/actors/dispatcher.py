@@ -21,6 +21,7 @@ or releasing a limit, redelivery, a writable channel, the retry timer and the lo
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -52,12 +53,15 @@ from brokerlet.actors.messages import (
     SendMessages,
     SubscriptionClosed,
     UnexpectedMessage,
+    WriteAfterMessages,
     WriteCompletion,
 )
 from brokerlet.actors.supervision import QuietRef, dispatcher_failed, tell_quietly
 from brokerlet.config import Settings
-from brokerlet.dispatch.consumer import Consumer
+from brokerlet.dispatch.batch_acks import BatchAckFilter
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
 from brokerlet.dispatch.cursor_saver import CursorSaver
+from brokerlet.dispatch.delayed import DelayedDelivery
 from brokerlet.dispatch.filters import DeliveryFilter, SkipSettled
 from brokerlet.dispatch.key_shared import KeySharedRules, KeySharedStrategy
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
@@ -71,6 +75,7 @@ from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry
 from brokerlet.topicops.subscription_side import SubscriptionOps
+from brokerlet.transport.protocol import encode_command, pb
 
 if TYPE_CHECKING:
     from brokerlet.actors.topic import TopicActor
@@ -133,7 +138,18 @@ class Dispatcher:
         )
         self.book = self.subscription.book
         self.total_permits = self.subscription.total_permits
-        self.filters: list[DeliveryFilter] = [SkipSettled(cursor, self.book.replay)]
+        self.delayed = DelayedDelivery(
+            settings,
+            applies=lambda: self.subscription.strategy.delays_delivery,
+            replay=self.book.replay,
+            cursor=cursor,
+            wake_after=self._wake_for_delayed,
+        )
+        self.filters: list[DeliveryFilter] = [SkipSettled(cursor, self.book.replay), self.delayed]
+        self.batch_acks = self.subscription.batch_acks
+        if self.batch_acks is not None:
+            self.filters.append(BatchAckFilter(self.batch_acks))
+            self.cursor_saver.restore_batch_acks(self.batch_acks)  # partial acks survive restarts
         self.reads_issued = 0
         self.read_passes = 0  # wake-ups of the read loop, productive or not
         self._stats = SubscriptionStats()
@@ -150,6 +166,8 @@ class Dispatcher:
         self.backoff = ReadBackoff(settings)
         self._retry: Cancellable | None = None
         self._replay_timer: Cancellable | None = None
+        self._delay_timer: Cancellable | None = None  # the next delayed entry's time
+        self._delay_timer_at = 0.0  # its monotonic deadline
         self._writes_in_flight = 0  # only counted with the completion barrier
         self._gate: ConflatedTell[DispatcherActor] | None = None
         self._handlers: dict[type, Callable[[Any], Any]] = {
@@ -182,7 +200,7 @@ class Dispatcher:
         self.cursor_saver.save()
         for consumer in self.book.consumers:  # stopped under them (their topic failed): reconnect
             tell_quietly(consumer.connection.actor, ConsumerClosedByBroker(consumer))
-        for timer in (self._retry, self._replay_timer, self._persist_timer):
+        for timer in (self._retry, self._replay_timer, self._persist_timer, self._delay_timer):
             if timer is not None:
                 timer.cancel()
 
@@ -232,11 +250,15 @@ class Dispatcher:
 
     # Membership.
 
-    def _add_consumer(self, message: AddConsumer) -> None:
+    def _add_consumer(self, message: AddConsumer) -> list[bytes]:
+        """Join a consumer; answers the ACTIVE_CONSUMER_CHANGE frames for its own connection,
+        which the connection writes after the SUBSCRIBE's SUCCESS."""
         if self.subscription.add(message.consumer, self.gate):
             self._wake_for_replay()
+        own = self._announce_active(message.consumer, message.consumer.connection)
         log.debug("%s: added %r", self, message.consumer)
         self.gate.request()
+        return own
 
     def _remove_consumer(self, message: RemoveConsumer) -> None:
         removal = self.subscription.remove(message.consumer, unsubscribe=message.unsubscribe)
@@ -244,6 +266,7 @@ class Dispatcher:
             return
         log.debug("%s: removed %r", self, message.consumer)
         if removal is Removal.OTHERS_REMAIN:
+            self._announce_active(None)
             self._wake_for_replay()
             return
         self._rewind()
@@ -251,6 +274,29 @@ class Dispatcher:
             if message.unsubscribe:
                 self.cursor_saver.forget()  # deleted, not saved
             self.topic.tell(SubscriptionClosed(self.name, self.actor_ref, deleted=True))
+
+    def _announce_active(
+        self, added: Consumer | None, requester: ConnectionHandle | None = None
+    ) -> list[bytes]:
+        """Failover: ACTIVE_CONSUMER_CHANGE to whom the strategy says, after the MESSAGE
+        frames already queued for them (so a listener sees it in order); the frames for
+        ``requester``'s consumers are returned instead, for it to write after its reply."""
+        own: list[bytes] = []
+        for consumer, is_active in self.strategy.active_notices(added):
+            change = pb.CommandActiveConsumerChange(
+                consumer_id=consumer.consumer_id, is_active=is_active
+            )
+            frame = encode_command(
+                pb.BaseCommand(
+                    type=pb.BaseCommand.ACTIVE_CONSUMER_CHANGE, active_consumer_change=change
+                )
+            )
+            handle = consumer.connection
+            if handle is requester:
+                own.append(frame)
+            else:
+                tell_quietly(handle.event_loop, WriteAfterMessages(handle, [frame]))
+        return own
 
     def _seek(self, message: Seek) -> list[Consumer]:
         """Disconnect every consumer, forget in-flight state, and restart at ``entry_id``.
@@ -261,6 +307,8 @@ class Dispatcher:
         """
         closed = self.subscription.close_all()
         self.cursor.reset(message.entry_id - 1)
+        if self.batch_acks is not None:
+            self.batch_acks.clear()  # as Pulsar's cursor reset drops batch-deleted indexes
         self._rewind()  # reads start again at entry_id
         self._cursor_changed()
         self.topic.tell(MarkDeleteMoved(self.name, self.cursor.mark_delete))  # stats, retention
@@ -288,6 +336,8 @@ class Dispatcher:
         """No consumer is left: cancel the read in flight and re-read from the mark-delete."""
         self._cancel_pending_read()
         self.subscription.rewind()
+        for rule in self.filters:
+            rule.reset()
         self.read_position = self.cursor.mark_delete + 1
 
     # The read loop.
@@ -295,6 +345,8 @@ class Dispatcher:
     def _read_more(self, _message: object) -> None:
         self.gate.taken()
         self.read_passes += 1
+        for rule in self.filters:
+            rule.release_due()
         if not self.book.consumers or (self.options.completion_barrier and self._writes_in_flight):
             return
         strategy = self.strategy
@@ -346,6 +398,8 @@ class Dispatcher:
 
     def _wake_for_replay(self) -> None:
         """Entries joined the replay set: a long poll waiting for new entries must not hold them."""
+        for rule in self.filters:
+            rule.release_due()
         if self.book.replay and self.pending_read == "normal":
             self._cancel_pending_read()
         self.gate.request()
@@ -416,7 +470,17 @@ class Dispatcher:
         if self.options.completion_barrier:
             self._writes_in_flight += 1
             completion = _BatchWrittenNotice(self.actor_ref)
-        consumer.connection.event_loop.tell(SendMessages(consumer, batch, redelivery, completion))
+        ack_sets = None
+        batch_acks = self.batch_acks
+        if batch_acks:  # partly acked batches tell the client which members to skip
+            ack_sets = {}
+            for entry in batch:
+                words = batch_acks.words(entry.entry_id)
+                if words is not None:
+                    ack_sets[entry.entry_id] = words
+        consumer.connection.event_loop.tell(
+            SendMessages(consumer, batch, redelivery, completion, ack_sets or None, consumer.epoch)
+        )
 
     def _batch_written(self, _message: object) -> None:
         self._writes_in_flight -= 1
@@ -426,7 +490,9 @@ class Dispatcher:
     # Acknowledgements and redelivery.
 
     def _ack(self, message: Ack) -> None:
-        moved = self.subscription.ack(message.positions, cumulative=message.cumulative)
+        moved = self.subscription.ack(
+            message.positions, cumulative=message.cumulative, ack_sets=message.ack_sets
+        )
         if moved is None:
             return
         if moved:
@@ -434,7 +500,12 @@ class Dispatcher:
         self._cursor_changed()
 
     def _redeliver(self, message: Redeliver) -> None:
-        self.subscription.redeliver(message.consumer, message.positions)
+        consumer = message.consumer
+        if message.epoch is not None and consumer.epoch is not None:
+            # As Pulsar's Consumer: a newer epoch is taken; MESSAGE frames of the old one
+            # still on their way are dropped by the client.
+            consumer.epoch = max(consumer.epoch, message.epoch)
+        self.subscription.redeliver(consumer, message.positions)
         self._wake_for_replay()
 
     def _wake_after(self, delay_ms: float) -> None:
@@ -445,6 +516,24 @@ class Dispatcher:
         elif self._replay_timer is None or self._replay_timer.done:
             tell = self.actor_ref.tell
             self._replay_timer = self.call_later(delay_ms / 1000, lambda: tell(ReplayReady()))
+
+    def _wake_for_delayed(self, delay_ms: float) -> None:
+        """The delay tracker's next entry is due after ``delay_ms``: a timer of its own (so
+        the strategy's wake-ups never cancel it), an earlier time replacing a later one."""
+        if delay_ms <= 0:
+            self._wake_for_replay()
+            return
+        deadline = time.monotonic() + delay_ms / 1000
+        timer = self._delay_timer
+        if timer is not None and not timer.done:
+            if self._delay_timer_at <= deadline:
+                return
+            timer.cancel()
+        ref = self.actor_ref
+        self._delay_timer_at = deadline
+        self._delay_timer = self.call_later(
+            delay_ms / 1000, lambda: tell_quietly(ref, ReplayReady())
+        )
 
     def _cursor_changed(self) -> None:
         """Save the cursor soon: at most once per ``cursor_flush_ms``, whatever the ack rate."""
@@ -471,6 +560,7 @@ class Dispatcher:
                 "readsIssued": self.reads_issued,
                 "readPasses": self.read_passes,
                 "readBatchSize": self.backoff.read_batch_size,
+                "msgDelayed": self.delayed.delayed,
             },
         )
 

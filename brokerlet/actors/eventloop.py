@@ -59,6 +59,8 @@ class EventLoopActor(GeventActor):
             return  # the connection's cleanup releases these entries for redelivery
         consumer_id = consumer.consumer_id
         buffers: list[bytes] = []
+        ack_sets = message.ack_sets
+        epoch = message.epoch
         for entry, redelivery_count in zip(message.entries, message.redelivery_counts, strict=True):
             header, data = encode_message(
                 consumer_id,
@@ -67,6 +69,8 @@ class EventLoopActor(GeventActor):
                 redelivery_count,
                 entry.data,
                 entry.checksum,
+                ack_sets.get(entry.entry_id, ()) if ack_sets else (),
+                epoch,
             )
             buffers.append(header)
             buffers.append(data)

@@ -287,6 +287,15 @@ class GetLastEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class FindByPublishTime:
+    """Told: find the first entry published at or after ``publish_time`` (epoch ms); the topic
+    calls ``reply`` with ``(ledger id, entry id)`` (the end if none is) or the read's error."""
+
+    publish_time: int
+    reply: Callable[[tuple[int, int] | BaseException], None]
+
+
+@dataclass(frozen=True, slots=True)
 class ResolvePosition:
     """Asked: the entry id a subscription should restart at for ``message_id``."""
 
@@ -539,12 +548,15 @@ class Ack:
     consumer: Consumer
     positions: Sequence[tuple[int, int]]  # (ledger id, entry id)
     cumulative: bool
+    # Batch-index acks: (ledger id, entry id) -> ack-set words (set bit: not acked yet).
+    ack_sets: Mapping[tuple[int, int], Sequence[int]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Redeliver:
     consumer: Consumer
     positions: Sequence[tuple[int, int]] | None  # None: every entry pending on the consumer
+    epoch: int | None = None  # consumer_epoch of the request (Exclusive/Failover clients)
 
 
 @dataclass(frozen=True, slots=True)
@@ -656,6 +668,8 @@ class SendMessages:
     entries: list[Entry]
     redelivery_counts: list[int]
     completion: WriteCompletion
+    ack_sets: dict[int, list[int]] | None = None  # entry id -> members not acked yet
+    epoch: int | None = None  # the consumer's epoch when the batch was handed out
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 import pykka
 
 from brokerlet.actors.messages import FindTopic, GetStats, ListTopics, TopicStats, TopicStatsPart
+from brokerlet.transport.protocol import ConsumerStatsFigures
 
 if TYPE_CHECKING:
     from brokerlet.actors.broker import BrokerActor
     from brokerlet.actors.topic import TopicActor
+    from brokerlet.dispatch.consumer import Consumer
 
 __all__ = ["all_stats", "of_topic", "of_topic_with_part", "topic_stats"]
 
@@ -45,6 +47,32 @@ def all_stats(broker: pykka.ActorRef[BrokerActor]) -> dict[str, Any]:
     return result
 
 
+def consumer_figures(
+    subscription: dict[str, Any], last_entry_id: int, consumer: Consumer
+) -> ConsumerStatsFigures:
+    """One consumer's CONSUMER_STATS_RESPONSE figures from its subscription's stats part."""
+    mine: dict[str, Any] = next(
+        (c for c in subscription["consumers"] if c["consumerId"] == consumer.consumer_id), {}
+    )
+    mark_delete = int(subscription["markDeletePosition"].rsplit(":", 1)[1])
+    backlog = last_entry_id - mark_delete - subscription.get("individuallyAcked", 0)
+    return ConsumerStatsFigures(
+        msg_rate_out=float(mine.get("msgRateOut", 0.0)),
+        msg_throughput_out=float(mine.get("msgThroughputOut", 0.0)),
+        msg_rate_redeliver=0.0,
+        consumer_name=consumer.name,
+        available_permits=int(mine.get("availablePermits", consumer.permits)),
+        unacked_messages=int(mine.get("unackedMessages", consumer.unacked)),
+        blocked_consumer_on_unacked_msgs=bool(mine.get("blockedConsumerOnUnackedMsgs", False)),
+        address=str(mine.get("address", consumer.connection.peer)),
+        connected_since=str(mine.get("connectedSince", "")),
+        type=str(subscription.get("type", "")),
+        msg_rate_expired=0.0,
+        msg_backlog=max(0, backlog),
+        message_ack_rate=0.0,
+    )
+
+
 def of_topic(topic: pykka.ActorRef[TopicActor]) -> dict[str, Any]:
     """A topic's stats: its own part, then every dispatcher asked at once."""
     return of_topic_with_part(topic)[0]
@@ -68,6 +96,7 @@ def of_topic_with_part(
         except pykka.ActorDeadError:
             continue  # closed meanwhile
         sub["msgBacklog"] = max(0, last - mark_delete - sub.pop("individuallyAcked", 0))
+        sub["msgBacklogNoDelayed"] = max(0, sub["msgBacklog"] - sub.get("msgDelayed", 0))
         subscriptions[name] = sub
     own = part.own
     subs = subscriptions.values()

@@ -29,6 +29,7 @@ from brokerlet.actors.messages import (
     DeduplicationPolicy,
     DispatcherFailed,
     EntriesRead,
+    FindByPublishTime,
     GetCursorState,
     GetLastEntry,
     IsIdle,
@@ -60,8 +61,9 @@ from brokerlet.producers import hooks as producer_hooks
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry, Ledger
+from brokerlet.storage.time_search import PublishTimeSearch
 from brokerlet.topicops.topic_side import TopicOps
-from brokerlet.transport.protocol import pb
+from brokerlet.transport.protocol import pb, publish_time
 
 if TYPE_CHECKING:
     from brokerlet.actors.broker import BrokerActor
@@ -132,6 +134,7 @@ class TopicActor(GeventActor):
             AppendDone: lambda m: m.handle(m.result),
             GetLastEntry: lambda _: (self.ledger.ledger_id, self.ledger.last_entry_id),
             ResolvePosition: lambda m: self._start_of(m.message_id),
+            FindByPublishTime: self._find_by_publish_time,
             TopicStats: lambda _: self.stats(),
             DispatcherFailed: self._dispatcher_failed,
             IsIdle: lambda _: (
@@ -402,6 +405,52 @@ class TopicActor(GeventActor):
             tell_quietly(message.reply_to, EntriesRead(message.read_id, result, replay=True))
 
         self.ledger.read_ids(message.entry_ids, done)
+
+    def _find_by_publish_time(self, message: FindByPublishTime) -> None:
+        ledger = self.ledger
+        search = PublishTimeSearch(
+            ledger.first_entry_id, ledger.last_entry_id, message.publish_time, publish_time
+        )
+        tell = self.actor_ref.tell
+
+        def step() -> None:
+            # Probes completing at once (memory, the disk tail cache) loop here; a disk read
+            # comes back as an AppendDone, so the search continues on this actor.
+            while (probe := search.probe()) is not None:
+                answer: list[list[Entry] | BaseException] = []
+                later = [False]
+
+                def done(
+                    result: list[Entry] | BaseException,
+                    probe: int = probe,
+                    answer: list[list[Entry] | BaseException] = answer,
+                    later: list[bool] = later,
+                ) -> None:
+                    if later[0]:
+                        tell(AppendDone(lambda r: resume(probe, r), result))
+                    else:
+                        answer.append(result)
+
+                ledger.read_ids([probe], done)
+                if not answer:
+                    later[0] = True
+                    return  # resumed by the completion
+                if not observe(probe, answer[0]):
+                    return
+            message.reply((ledger.ledger_id, search.result))
+
+        def observe(probe: int, result: list[Entry] | BaseException) -> bool:
+            if isinstance(result, BaseException):
+                message.reply(result)
+                return False
+            search.observe(probe, result)
+            return True
+
+        def resume(probe: int, result: list[Entry] | BaseException) -> None:
+            if observe(probe, result):
+                step()
+
+        step()
 
     def _cancel_read(self, message: CancelRead) -> None:
         waiting = self.waiting.get(message.subscription)

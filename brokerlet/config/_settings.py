@@ -384,6 +384,22 @@ class Settings:
         alias="maxConsumersPerSubscription", minimum=0,
     )
 
+    # Consumer semantics (issue 13): delayed delivery, batch-index acknowledgement.
+    delayed_delivery_enabled: bool = setting(
+        True, "Hold messages with a deliver_at_time on Shared and Key_Shared subscriptions.",
+        alias="delayedDeliveryEnabled",
+    )
+    delayed_delivery_tick_time_millis: int = setting(
+        1000, "Resolution of the delay tracker: a message due within this many ms of its "
+        "read is delivered at once.",
+        alias="delayedDeliveryTickTimeMillis", minimum=1,
+    )
+    acknowledgment_at_batch_index_level_enabled: bool = setting(
+        True, "Keep acks of single messages of a batch; redeliveries skip them "
+        "(Pulsar 4.2 and 5.0 default).",
+        alias="acknowledgmentAtBatchIndexLevelEnabled",
+    )
+
     # Schema registry (issue 18).
     schema_compatibility_strategy: str = setting(
         "FULL", "Broker-wide schema compatibility strategy (a namespace policy overrides it).",

@@ -71,6 +71,9 @@ class Consumer:
     connection: ConnectionHandle
     read_gate: ConflatedTell[DispatcherActor] | None = None  # the dispatcher's read request
     key_shared: KeySharedMeta | None = None  # Key_Shared options from SUBSCRIBE
+    # Exclusive/Failover: the client's consumer_epoch (SUBSCRIBE, raised by REDELIVER); MESSAGE
+    # frames carry it, and the client drops those of an older epoch. None: the client sent none.
+    epoch: int | None = None
 
     # Dispatcher-owned state.
     pending: dict[int, int] = field(default_factory=dict)  # entry id -> messages unacked

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from brokerlet.dispatch.batch_acks import BatchAcks
 from brokerlet.storage.cursor import Cursor
 
 if TYPE_CHECKING:
@@ -18,13 +19,20 @@ __all__ = ["CursorSaver"]
 
 
 class CursorSaver:
-    __slots__ = ("_cursor", "_name", "_store", "dirty")
+    __slots__ = ("_cursor", "_name", "_store", "batch_acks", "dirty")
 
     def __init__(self, store: CursorStore | None, name: str, cursor: Cursor) -> None:
         self._store = store
         self._name = name
         self._cursor = cursor
         self.dirty = store is not None  # a new durable subscription is saved at once
+        self.batch_acks: BatchAcks | None = None  # saved with the cursor when set
+
+    def restore_batch_acks(self, batch_acks: BatchAcks) -> None:
+        """Saved with the cursor from now on; what the store holds is taken back first."""
+        self.batch_acks = batch_acks
+        if self._store is not None:
+            batch_acks.restore(self._store.load_batch_acks(self._name), self._cursor.mark_delete)
 
     def changed(self) -> bool:
         """The cursor moved; True if there is a store to save it to (schedule a save)."""
@@ -42,3 +50,5 @@ class CursorSaver:
             self.dirty = False
             cursor = self._cursor
             self._store.save(self._name, cursor.mark_delete, cursor.acked_ids())
+            if self.batch_acks is not None:
+                self._store.save_batch_acks(self._name, self.batch_acks.state())

@@ -186,6 +186,21 @@ class DeliveryBook:
             moved = cursor.ack(entry_id) or moved
         return moved
 
+    def partially_acked(self, entry_id: int, left: int) -> None:
+        """Members of a pending batch were acked: it now counts ``left`` unacked messages."""
+        owner = self.pending_owner.get(entry_id)
+        if owner is None:
+            return
+        charged = owner.pending.get(entry_id, 0)
+        if left < charged:
+            owner.pending[entry_id] = left
+            self._consumer_acked(owner, charged - left)
+
+    def charged(self, entry_id: int) -> int | None:
+        """Messages ``entry_id`` counts while pending, or None if it is not pending."""
+        owner = self.pending_owner.get(entry_id)
+        return None if owner is None else owner.pending.get(entry_id)
+
     def _forget(self, entry_id: int) -> None:
         owner = self.pending_owner.pop(entry_id, None)
         if owner is not None:

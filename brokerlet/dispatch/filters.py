@@ -24,6 +24,14 @@ class DeliveryFilter(Protocol):
         """The entries that may be delivered now, in order; ``replay`` for a replay read."""
         ...
 
+    def release_due(self) -> None:
+        """Before a read pass: entries this rule held that may go now rejoin the replay set."""
+        ...
+
+    def reset(self) -> None:
+        """The dispatcher reads again from the mark-delete position: forget held entries."""
+        ...
+
 
 class SkipSettled:
     """Entries settled since they were asked for are not delivered again.
@@ -38,6 +46,12 @@ class SkipSettled:
     def __init__(self, cursor: Cursor, replay: ReplaySet) -> None:
         self._cursor = cursor
         self._replay = replay
+
+    def release_due(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
 
     def admit(self, entries: list[Entry], *, replay: bool) -> list[Entry]:
         if replay:

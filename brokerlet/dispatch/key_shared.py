@@ -326,6 +326,8 @@ class KeySharedStrategy(Strategy):
     that could overtake an entry redelivered meanwhile is discarded (the order guard).
     """
 
+    delays_delivery = True  # Pulsar's Key_Shared dispatcher extends the Shared one
+
     def __init__(
         self,
         book: DeliveryBook,

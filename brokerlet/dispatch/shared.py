@@ -18,6 +18,8 @@ __all__ = ["SharedStrategy"]
 
 
 class SharedStrategy(InOrderChunks):
+    delays_delivery = True
+
     def __init__(self, book: DeliveryBook, chunk: int) -> None:
         super().__init__(book, SHARED)
         self._chunk = chunk

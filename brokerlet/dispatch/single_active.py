@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from brokerlet.actors.errors import BrokerError
 from brokerlet.dispatch.consumer import Consumer
 from brokerlet.dispatch.delivery import DeliveryBook
-from brokerlet.dispatch.strategy import EXCLUSIVE, InOrderChunks
+from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, InOrderChunks
 
 __all__ = ["SingleActiveStrategy"]
 
@@ -22,6 +22,7 @@ class SingleActiveStrategy(InOrderChunks):
     def __init__(self, book: DeliveryBook, sub_type: int) -> None:
         super().__init__(book, sub_type)
         self.active: Consumer | None = None
+        self._announced: Consumer | None = None  # the active consumer everyone was told of
 
     def add(self, consumer: Consumer) -> None:
         super().add(consumer)
@@ -37,6 +38,19 @@ class SingleActiveStrategy(InOrderChunks):
         if previous is not None and previous is not self.active and previous in consumers:
             return previous  # its unacked entries move to the new active consumer
         return None
+
+    def active_notices(self, added: Consumer | None) -> list[tuple[Consumer, bool]]:
+        # As Pulsar's AbstractDispatcherSingleActiveConsumer: a new pick is told to every
+        # consumer; a consumer joining without a change hears who is active.
+        if self.sub_type != FAILOVER:
+            return []
+        active = self.active
+        if active is not self._announced:
+            self._announced = active
+            return [(c, c is active) for c in self.book.consumers]
+        if added is not None:
+            return [(added, added is active)]
+        return []
 
     def candidates(self) -> Sequence[Consumer]:
         return () if self.active is None else (self.active,)

@@ -87,6 +87,10 @@ class Strategy:
     cumulative_acks = False
     """Whether cumulative acks apply (Exclusive and Failover; Pulsar ignores them on Shared)."""
 
+    delays_delivery = False
+    """Whether messages with a ``deliver_at_time`` wait for it (Shared and Key_Shared only,
+    as in Pulsar: its single-active dispatchers have no delay tracker)."""
+
     tracks_entries = False
     """Whether ``delivered``/``released`` do anything (Key_Shared's hashes); when not, the
     delivery book does not call them per entry."""
@@ -116,6 +120,11 @@ class Strategy:
         """After a join or a leave: a consumer whose pending entries should move to another
         (a Failover consumer that stopped being active), or None."""
         return None
+
+    def active_notices(self, added: Consumer | None) -> list[tuple[Consumer, bool]]:
+        """After a membership change: the ACTIVE_CONSUMER_CHANGE notices to send, as
+        ``(consumer, is_active)`` (Failover only; ``added`` joined, None: one left)."""
+        return []
 
     # Reading.
 

@@ -8,12 +8,14 @@ or ack message and then does what the answer asks (wake the read loop, tell the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from brokerlet.actors.errors import BrokerError
 from brokerlet.config import Settings
+from brokerlet.dispatch.batch_acks import BatchAcks
 from brokerlet.dispatch.consumer import Consumer
 from brokerlet.dispatch.delivery import DeliveryBook
 from brokerlet.dispatch.options import DispatchOptions
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
     from brokerlet.actors.dispatcher import DispatcherActor
 
 __all__ = ["Removal", "Subscription"]
+
+log = logging.getLogger(__name__)
 
 
 class Removal(Enum):
@@ -71,6 +75,9 @@ class Subscription:
         self.strategy = Strategy(self.book, sub_type)  # no consumer yet
         self.total_permits = PermitTotal()
         self._wake_after = wake_after
+        self.batch_acks = (
+            BatchAcks() if settings.acknowledgment_at_batch_index_level_enabled else None
+        )
 
     @property
     def consumers(self) -> list[Consumer]:
@@ -134,8 +141,17 @@ class Subscription:
 
     # Acknowledgements and redelivery.
 
-    def ack(self, positions: Sequence[tuple[int, int]], *, cumulative: bool) -> bool | None:
-        """Apply an ACK; None if it changed nothing, else whether the mark-delete moved."""
+    def ack(
+        self,
+        positions: Sequence[tuple[int, int]],
+        *,
+        cumulative: bool,
+        ack_sets: Mapping[tuple[int, int], Sequence[int]] | None = None,
+    ) -> bool | None:
+        """Apply an ACK; None if it changed nothing, else whether the mark-delete moved.
+
+        ``ack_sets`` are batch-index acks (members of a batch entry); an entry whose members
+        are all acked is acknowledged as a whole."""
         entry_ids = [e for ledger, e in positions if ledger == self.ledger_id]
         if self._last_entry_id is not None and entry_ids:
             # As Pulsar's cursor does: an entry not written yet cannot be acknowledged.
@@ -143,13 +159,62 @@ class Subscription:
             if max(entry_ids) > last:
                 entry_ids = [e for e in entry_ids if e <= last]
         strategy = self.strategy
-        if not entry_ids or (cumulative and not strategy.cumulative_acks):
+        if cumulative and not strategy.cumulative_acks:
             return None  # Pulsar ignores cumulative acks on Shared subscriptions
+        partly = False
+        if ack_sets and self.batch_acks is not None:
+            partly = self._ack_members(ack_sets, entry_ids, cumulative=cumulative)
+        if not entry_ids:
+            return False if partly else None
         scope = strategy.ack_scope()
         if scope is None:
-            return self.book.ack(entry_ids, cumulative=cumulative)
-        with scope:
-            return self.book.ack(entry_ids, cumulative=cumulative)
+            moved = self.book.ack(entry_ids, cumulative=cumulative)
+        else:
+            with scope:
+                moved = self.book.ack(entry_ids, cumulative=cumulative)
+        batch_acks = self.batch_acks
+        if batch_acks:
+            batch_acks.forget_up_to(self.book.cursor.mark_delete)
+            if not cumulative:
+                for entry_id in entry_ids:
+                    batch_acks.forget(entry_id)
+        return moved
+
+    def _ack_members(
+        self,
+        ack_sets: Mapping[tuple[int, int], Sequence[int]],
+        entry_ids: list[int],
+        *,
+        cumulative: bool,
+    ) -> bool:
+        """Record batch-index acks; entries now wholly acked join ``entry_ids``. A cumulative
+        one acks up to the entry before (the partial entry is recorded). True if any
+        partial ack was recorded."""
+        batch_acks = self.batch_acks
+        assert batch_acks is not None
+        cursor = self.book.cursor
+        last = self._last_entry_id() if self._last_entry_id is not None else None
+        recorded = False
+        for (ledger, entry_id), words in ack_sets.items():
+            if ledger != self.ledger_id or cursor.is_acked(entry_id):
+                continue
+            if last is not None and entry_id > last:
+                continue
+            size = batch_acks.size_of(entry_id) or self.book.charged(entry_id)
+            if size is None:
+                log.debug("%s: ack_set for entry %d not pending here ignored", self.name, entry_id)
+                continue
+            left = batch_acks.apply(entry_id, words, size)
+            if left is None:
+                continue
+            if cumulative and entry_id - 1 > cursor.mark_delete:
+                entry_ids.append(entry_id - 1)
+            if left == 0:
+                entry_ids.append(entry_id)
+            else:
+                self.book.partially_acked(entry_id, left)
+                recorded = True
+        return recorded
 
     def redeliver(self, consumer: Consumer, positions: Sequence[tuple[int, int]] | None) -> None:
         """``positions`` (None: all) of ``consumer``'s pending entries go back to replay."""

@@ -69,6 +69,9 @@ class CursorStore:
         self._topic = topic
         self._dirty = False
         self._timer = hub.loop.timer(flush_delay)
+        # Partly acknowledged batch entries per subscription: entry id -> [batch size, words];
+        # read from the file on first use (older files have none).
+        self._batch_acks: dict[str, dict[int, list[int]]] | None = None
         self._last_write: gevent.event.AsyncResult | None = None
         self._closed = False
         self._properties: dict[str, Any] | None = None  # read on first use
@@ -100,8 +103,33 @@ class CursorStore:
         self._encoded.pop(subscription, None)
         self._changed()
 
+    def load_batch_acks(self, subscription: str) -> dict[int, list[int]]:
+        """The saved batch-index acks of ``subscription``: entry id -> [size, words...]."""
+        return dict(self._loaded_batch_acks().get(subscription, {}))
+
+    def save_batch_acks(self, subscription: str, state: dict[int, list[int]]) -> None:
+        """Record a subscription's batch-index acks, written with its cursor."""
+        if self._closed:
+            return
+        known = self._loaded_batch_acks()
+        if known.get(subscription, {}) == state:
+            return
+        if state:
+            known[subscription] = dict(state)
+        else:
+            known.pop(subscription, None)
+        self._encoded.pop(subscription, None)
+        self._changed()
+
+    def _loaded_batch_acks(self) -> dict[str, dict[int, list[int]]]:
+        if self._batch_acks is None:
+            self._batch_acks = load_batch_acks(self._path)
+        return self._batch_acks
+
     def delete(self, subscription: str) -> None:
         """Forget a subscription's cursor (the subscription was deleted)."""
+        if self._batch_acks is not None:
+            self._batch_acks.pop(subscription, None)
         if self._closed or self._cursors.pop(subscription, None) is None:
             return
         self._encoded.pop(subscription, None)
@@ -182,11 +210,16 @@ class CursorStore:
 
     def _encode(self) -> bytes:
         encoded = self._encoded
+        batch_acks = self._batch_acks or {}
         parts = []
         for name, (mark_delete, acked) in self._cursors.items():
             fragment = encoded.get(name)
             if fragment is None:
-                fragment = json.dumps({"mark_delete": mark_delete, "acked": _ranges(acked)})
+                document: dict[str, Any] = {"mark_delete": mark_delete, "acked": _ranges(acked)}
+                partial = batch_acks.get(name)
+                if partial:
+                    document["batch_acks"] = {str(e): words for e, words in partial.items()}
+                fragment = json.dumps(document)
                 encoded[name] = fragment
             parts.append(f"{json.dumps(name)}:{fragment}")
         body = ",".join(parts)
@@ -239,6 +272,23 @@ def load_properties(path: str, topic: str) -> dict[str, Any]:
         ) from error
     properties = document.get("properties", {}) if isinstance(document, dict) else {}
     return dict(properties) if isinstance(properties, dict) else {}
+
+
+def load_batch_acks(path: str) -> dict[str, dict[int, list[int]]]:
+    """The batch-index acks in a cursors file (``batch_acks``: entry id -> [size, words...]);
+    a missing file, or a file of a version without them, has none."""
+    try:
+        with open(path, "rb") as file:
+            document = json.loads(file.read())
+        return {
+            str(name): {
+                int(e): [int(w) for w in words] for e, words in cursor["batch_acks"].items()
+            }
+            for name, cursor in document["subscriptions"].items()
+            if cursor.get("batch_acks")
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
 def _ranges(ids: tuple[int, ...]) -> list[list[int]]:

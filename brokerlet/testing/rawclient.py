@@ -140,8 +140,13 @@ class RawClient:
         return self._pending.pop(0)
 
     def expect_frame(self, kind: int, timeout: float | None = None) -> Frame:
-        """Return the next frame, whose command must be of type ``kind``."""
+        """Return the next frame, whose command must be of type ``kind``.
+
+        Failover's ACTIVE_CONSUMER_CHANGE notices, which the broker sends unasked, are
+        skipped unless asked for."""
         frame = self.recv_frame(timeout)
+        while frame.command.type == T.ACTIVE_CONSUMER_CHANGE != kind:
+            frame = self.recv_frame(timeout)
         got = frame.command.type
         if got != kind:
             raise AssertionError(

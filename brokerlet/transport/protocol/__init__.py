@@ -43,11 +43,19 @@ from brokerlet.transport.protocol._payload import (
     parse_metadata,
     split_batch,
 )
+from brokerlet.transport.protocol._replies import (
+    ConsumerStatsFigures,
+    consumer_stats_request,
+    encode_ack_response,
+    encode_consumer_stats_response,
+)
+from brokerlet.transport.protocol._scan import deliver_at_time, publish_time
 
 __all__ = [
     "MAGIC_BROKER_ENTRY_METADATA",
     "MAGIC_CRC32C",
     "PROTOCOL_VERSION",
+    "ConsumerStatsFigures",
     "Frame",
     "FrameDecoder",
     "Payload",
@@ -56,12 +64,16 @@ __all__ = [
     "build_entry",
     "command_body",
     "command_name",
+    "consumer_stats_request",
     "crc32c",
     "decode_payload",
     "decode_send",
+    "deliver_at_time",
     "encode_ack",
+    "encode_ack_response",
     "encode_batch",
     "encode_command",
+    "encode_consumer_stats_response",
     "encode_flow",
     "encode_message",
     "encode_payload_command",
@@ -70,5 +82,6 @@ __all__ = [
     "metadata_problem",
     "parse_metadata",
     "pb",
+    "publish_time",
     "split_batch",
 ]

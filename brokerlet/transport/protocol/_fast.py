@@ -38,6 +38,7 @@ _CHECKSUM_HEADER = struct.Struct(">HI")
 _ONE_BYTE_VARINTS = [bytes((value,)) for value in range(0x80)]
 _UINT32_LIMIT = 1 << 32
 _UINT64_LIMIT = 1 << 64
+_UINT64_MASK = _UINT64_LIMIT - 1
 
 # BaseCommand prefixes: field 1 (type) as a varint, then the body's length-delimited tag,
 # whose field number equals the type value.
@@ -112,6 +113,8 @@ def encode_message(  # noqa: PLR0917 (the positional signature is the public API
     redelivery_count: int,
     entry: bytes,
     checksum: int,
+    ack_set: Sequence[int] = (),
+    consumer_epoch: int | None = None,
 ) -> tuple[bytes, bytes]:
     """Encode a MESSAGE frame (broker to consumer).
 
@@ -125,6 +128,8 @@ def encode_message(  # noqa: PLR0917 (the positional signature is the public API
         redelivery_count: Times this entry was delivered before.
         entry: ``[metadata_size u32][MessageMetadata][payload]``.
         checksum: CRC-32C of ``entry`` (stored with it, so not recomputed here).
+        ack_set: int64 words of a partly acknowledged batch's members not acked yet.
+        consumer_epoch: the consumer's epoch (Exclusive/Failover clients that send one).
 
     Returns:
         (header, entry): the frame is their concatenation; write both with one
@@ -139,6 +144,10 @@ def encode_message(  # noqa: PLR0917 (the positional signature is the public API
             else b"\x18" + _uint(redelivery_count, _UINT32_LIMIT)
         )
     )
+    if ack_set:
+        body += b"".join(b"\x20" + _uint(word & _UINT64_MASK) for word in ack_set)
+    if consumer_epoch is not None:
+        body += b"\x28" + _uint(consumer_epoch)
     command = _MESSAGE_PREFIX + _uint(len(body)) + body
     header = b"".join(
         (

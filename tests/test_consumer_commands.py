@@ -1,0 +1,256 @@
+"""Failover's ACTIVE_CONSUMER_CHANGE, ack receipts and CONSUMER_STATS (issue 13).
+
+pulsar-client 3.13 (Python) exposes neither consumer event listeners, ack receipts nor
+consumer stats (its ConsumerConfiguration has no event listener or ack-receipt option), so
+these speak the protocol the C++ client underneath uses: ``ConsumerImpl::activeConsumerChanged``
+fires the listener on ACTIVE_CONSUMER_CHANGE, ``AckGroupingTracker`` completes an
+acknowledge with receipt on ACK_RESPONSE, ``getBrokerConsumerStatsAsync`` on
+CONSUMER_STATS_RESPONSE.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+from google.protobuf import unknown_fields
+
+from brokerlet import Broker
+from brokerlet.testing.rawclient import RawClient
+from brokerlet.transport.protocol import Frame, FrameDecoder, build_entry, encode_message, pb
+
+T = pb.BaseCommand
+
+
+def _subscribe(raw: RawClient, topic: str, consumer_id: int, name: str, request_id: int) -> None:
+    raw.send_command(
+        T(
+            type=T.SUBSCRIBE,
+            subscribe=pb.CommandSubscribe(
+                topic=topic,
+                subscription="fo",
+                sub_type=pb.CommandSubscribe.Failover,
+                consumer_id=consumer_id,
+                request_id=request_id,
+                consumer_name=name,
+            ),
+        )
+    )
+
+
+def _frames_until(raw: RawClient, done: object, timeout: float = 5.0) -> list[Frame]:
+    frames: list[Frame] = []
+    deadline = time.monotonic() + timeout
+    while not done(frames):  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"gave up waiting; got {[f.command for f in frames]}"
+        frames.append(raw.recv_frame(timeout=max(0.01, deadline - time.monotonic())))
+    return frames
+
+
+def _changes(frames: list[Frame]) -> list[tuple[int, bool]]:
+    return [
+        (f.command.active_consumer_change.consumer_id, f.command.active_consumer_change.is_active)
+        for f in frames
+        if f.command.type == T.ACTIVE_CONSUMER_CHANGE
+    ]
+
+
+def test_failover_tells_every_consumer_when_the_active_one_changes(
+    broker: Broker, topic: str
+) -> None:
+    with RawClient(broker.address, timeout=5) as a, RawClient(broker.address, timeout=5) as b:
+        a.handshake()
+        b.handshake()
+        _subscribe(a, topic, 1, "b-second-by-name", 10)
+        frames = _frames_until(
+            a, lambda fs: _changes(fs) and any(f.command.type == T.SUCCESS for f in fs)
+        )
+        assert _changes(frames) == [(1, True)]  # on subscribe: it is the active one
+        # "a-first" sorts first by name: it takes over, and both hear of it.
+        _subscribe(b, topic, 2, "a-first", 11)
+        frames_b = _frames_until(
+            b, lambda fs: _changes(fs) and any(f.command.type == T.SUCCESS for f in fs)
+        )
+        assert _changes(frames_b) == [(2, True)]
+        assert _changes(_frames_until(a, _changes)) == [(1, False)]
+        b.close_consumer(2)
+        assert _changes(_frames_until(a, _changes)) == [(1, True)]  # back to the first
+
+
+def _ack_with_receipt(consumer_id: int, entry_id: int, request_id: int, ledger_id: int) -> T:
+    return T(
+        type=T.ACK,
+        ack=pb.CommandAck(
+            consumer_id=consumer_id,
+            ack_type=pb.CommandAck.Individual,
+            message_id=[pb.MessageIdData(ledger_id=ledger_id, entry_id=entry_id)],
+            request_id=request_id,
+        ),
+    )
+
+
+def _body(frame: Frame) -> bytes:
+    fields = list(unknown_fields.UnknownFieldSet(frame.command))
+    assert len(fields) == 1
+    data: bytes = fields[0].data
+    return data
+
+
+def _fields(body: bytes) -> dict[int, int | bytes]:
+    """Decode a flat protobuf body (varints, fixed64 as raw bytes, strings)."""
+    out: dict[int, int | bytes] = {}
+    pos = 0
+    while pos < len(body):
+        tag, pos = _varint(body, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            out[number], pos = _varint(body, pos)
+        elif wire == 1:
+            out[number] = body[pos : pos + 8]
+            pos += 8
+        else:
+            size, pos = _varint(body, pos)
+            out[number] = body[pos : pos + size]
+            pos += size
+    return out
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def test_each_ack_with_a_request_id_gets_its_receipt(broker: Broker, topic: str) -> None:
+    with RawClient(broker.address, timeout=5) as raw:
+        raw.handshake()
+        raw.create_producer(topic, 1)
+        raw.subscribe(topic, "sub", 1)
+        ids = [raw.produce(1, i, f"m{i}".encode()) for i in range(3)]
+        raw.flow(1, 10)
+        messages = raw.receive(1, 3)
+        ledger = messages[0].ledger_id
+        for request_id, entry_id in enumerate(ids, start=100):
+            raw.send_command(_ack_with_receipt(1, entry_id, request_id, ledger))
+            response = _fields(_body(raw.expect_frame(T.ACK_RESPONSE)))
+            assert response[1] == 1
+            assert response[6] == request_id
+            assert 4 not in response  # no error
+        # Acked already: acked again harmlessly, answered OK as Pulsar's cursor does.
+        raw.send_command(_ack_with_receipt(1, ids[0], 200, ledger))
+        assert 4 not in _fields(_body(raw.expect_frame(T.ACK_RESPONSE)))
+        # An unknown consumer: an error in the receipt, not a disconnect.
+        raw.send_command(_ack_with_receipt(99, ids[0], 201, ledger))
+        error = _fields(_body(raw.expect_frame(T.ACK_RESPONSE)))
+        assert (error[1], error[4], error[6]) == (99, pb.ConsumerNotFound, 201)
+        raw.ping()
+    stats = broker.topic_stats(topic)
+    assert stats is not None
+    assert stats["subscriptions"]["sub"]["msgBacklog"] == 0
+
+
+def _consumer_stats(request_id: int, consumer_id: int) -> bytes:
+    body = bytes([0x08, request_id, 0x20, consumer_id])
+    key = (T.CONSUMER_STATS << 3) | 2
+    command = bytes([0x08, T.CONSUMER_STATS, key & 0x7F | 0x80, key >> 7, len(body)]) + body
+    return struct.pack(">II", len(command) + 4, len(command)) + command
+
+
+def test_consumer_stats_answers_the_consumers_real_figures(broker: Broker, topic: str) -> None:
+    with RawClient(broker.address, timeout=5) as raw:
+        raw.handshake()
+        raw.create_producer(topic, 1)
+        raw.send_command(
+            T(
+                type=T.SUBSCRIBE,
+                subscribe=pb.CommandSubscribe(
+                    topic=topic,
+                    subscription="sub",
+                    sub_type=pb.CommandSubscribe.Shared,
+                    consumer_id=3,
+                    request_id=5,
+                    consumer_name="stats-me",
+                    initial_position=pb.CommandSubscribe.Earliest,
+                ),
+            )
+        )
+        raw.expect(T.SUCCESS)
+        for i in range(4):
+            raw.produce(1, i, b"x")
+        raw.flow(3, 10)
+        raw.receive(3, 4)
+        raw.send_raw(_consumer_stats(7, 3))
+        stats = _fields(_body(raw.expect_frame(T.CONSUMER_STATS_RESPONSE)))
+        assert stats[1] == 7
+        assert 2 not in stats  # no error
+        assert stats[7] == b"stats-me"
+        assert stats[8] == 6  # permits left
+        assert stats[9] == 4  # unacked
+        assert stats[13] == b"Shared"
+        assert stats[15] == 4  # backlog
+        assert struct.unpack("<d", stats[4])[0] >= 0.0  # type: ignore[arg-type]
+        raw.send_raw(_consumer_stats(8, 42))
+        missing = _fields(_body(raw.expect_frame(T.CONSUMER_STATS_RESPONSE)))
+        assert (missing[1], missing[2]) == (8, pb.ConsumerNotFound)
+        raw.ping()
+
+
+def test_encoded_message_carries_ack_set_and_epoch() -> None:
+    entry = build_entry(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=0), b"")
+    header, data = encode_message(1, 2, 3, 0, entry, 0, [0b1010, -1], 7)
+    (frame,) = FrameDecoder(1 << 20).feed(header + data)
+    message = frame.command.message
+    assert list(message.ack_set) == [0b1010, -1]
+    assert message.consumer_epoch == 7
+
+
+def _subscribe_with_epoch(raw: RawClient, topic: str, sub_type: int, epoch: int) -> None:
+    raw.send_command(
+        T(
+            type=T.SUBSCRIBE,
+            subscribe=pb.CommandSubscribe(
+                topic=topic,
+                subscription=f"epoch-{sub_type}",
+                sub_type=sub_type,  # type: ignore[arg-type]
+                consumer_id=1,
+                request_id=1,
+                consumer_epoch=epoch,
+                initial_position=pb.CommandSubscribe.Earliest,
+            ),
+        )
+    )
+    raw.expect(T.SUCCESS)
+
+
+def test_exclusive_messages_carry_the_consumer_epoch_and_redeliver_raises_it(
+    broker: Broker, topic: str
+) -> None:
+    """Pulsar's Consumer: SUBSCRIBE's consumer_epoch, raised by a REDELIVER with a newer one;
+    MESSAGE frames carry it on Exclusive and Failover (not on Shared)."""
+    with RawClient(broker.address, timeout=5) as raw:
+        raw.handshake()
+        raw.create_producer(topic, 1)
+        raw.produce(1, 0, b"m0")
+        _subscribe_with_epoch(raw, topic, pb.CommandSubscribe.Exclusive, 3)
+        raw.flow(1, 10)
+        assert raw.expect(T.MESSAGE).message.consumer_epoch == 3
+        raw.send_command(
+            T(
+                type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
+                redeliver_unacknowledged_messages=pb.CommandRedeliverUnacknowledgedMessages(
+                    consumer_id=1, consumer_epoch=4
+                ),
+            )
+        )
+        again = raw.expect(T.MESSAGE).message
+        assert (again.consumer_epoch, again.redelivery_count) == (4, 1)
+    with RawClient(broker.address, timeout=5) as raw:
+        raw.handshake()
+        _subscribe_with_epoch(raw, topic, pb.CommandSubscribe.Shared, 3)
+        raw.flow(1, 10)
+        assert not raw.expect(T.MESSAGE).message.HasField("consumer_epoch")
