@@ -34,6 +34,7 @@ from brokerlet.metadata import topics as rules
 from brokerlet.metadata.policies import PolicyError
 from brokerlet.metadata.store import AlreadyExists, NotFound
 from brokerlet.storage import CursorStore, DiskStorage, Ledger, MemoryLedger
+from brokerlet.storage.retention import RetentionPolicy, RetentionService, retention_policy
 from brokerlet.transport.protocol import pb
 
 __all__ = [
@@ -123,6 +124,24 @@ class BrokerActor(GeventActor):
             settings.dispatch_throttling_rate_in_msg,
             settings.dispatch_throttling_rate_in_byte,
         )
+        # Retention runs on a greenlet of its own (storage side), never on this actor's.
+        self.retention = RetentionService(
+            self.retention_policy, settings.retention_check_interval_in_seconds
+        )
+
+    def namespace_policies(self, topic: str) -> Mapping[str, Any] | None:
+        """The stored policies of ``topic``'s namespace (None when unknown)."""
+        try:
+            namespace = TopicName.parse(topic).namespace
+        except Exception:
+            return None
+        return self.metadata.namespaces.get(namespace)
+
+    def retention_policy(self, topic: str) -> RetentionPolicy:
+        return retention_policy(self.namespace_policies(topic), self.settings)
+
+    def on_start(self) -> None:
+        self.retention.start()
 
     @property
     def metadata(self) -> MetadataStore:
@@ -165,6 +184,7 @@ class BrokerActor(GeventActor):
         raise TypeError(f"unexpected message {message!r}")
 
     def on_stop(self) -> None:
+        self.retention.stop()
         for topic in self.topics.values():
             stop_quietly(topic)
 
@@ -189,8 +209,11 @@ class BrokerActor(GeventActor):
             else:
                 memory = self._memory_ledgers.get(name)
                 if memory is None:
-                    memory = self._memory_ledgers[name] = MemoryLedger(next(self._ledger_ids))
+                    memory = self._memory_ledgers[name] = MemoryLedger(
+                        next(self._ledger_ids), self.settings.segment_bytes
+                    )
                 ledger = memory
+            self.retention.watch(name, ledger)
             topic = TopicActor.start(
                 name,
                 ledger,
@@ -199,6 +222,7 @@ class BrokerActor(GeventActor):
                 cursors,
                 supervisor=self.actor_ref,
                 restored=self._restored.pop(name, None),
+                retention=self.retention,
             )
             self.topics[name] = topic
             log.info("opened topic %s (ledger %d)", name, ledger.ledger_id)
@@ -319,6 +343,7 @@ class BrokerActor(GeventActor):
             # A deleted topic comes back empty: no kept memory ledger, no restored cursors.
             self._memory_ledgers.pop(victim, None)
             self._restored.pop(victim, None)
+            self.retention.forget(victim)
         if self.storage is not None:
             for victim in victims:
                 self.storage.delete_topic(victim)

@@ -46,6 +46,7 @@ from brokerlet.config import Settings
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry, Ledger, NewEntry
+from brokerlet.storage.retention import RetentionService
 from brokerlet.transport.protocol import pb
 
 __all__ = [
@@ -167,6 +168,7 @@ class TopicActor(GeventActor):
         *,
         supervisor: Any = None,  # the broker actor, told if this actor fails
         restored: dict[str, CursorState] | None = None,  # cursors of a failed predecessor
+        retention: RetentionService | None = None,  # told when the slowest cursor moves
     ) -> None:
         super().__init__()
         self.supervisor = supervisor
@@ -180,6 +182,8 @@ class TopicActor(GeventActor):
         self.producer_connections: dict[str, Any] = {}  # name -> connection actor
         self.subscriptions: dict[str, pykka.ActorRef[DispatcherActor]] = {}
         self.mark_deletes: dict[str, int] = {}
+        self.non_durable: set[str] = set()  # readers: they hold no data back (as on Pulsar)
+        self.retention = retention
         self.waiting: dict[str, ReadEntries] = {}  # long polls at the end of the ledger
         self.msg_in = 0
         self.bytes_in = 0
@@ -230,6 +234,7 @@ class TopicActor(GeventActor):
         for subscription, state in self.restored.items():
             self.saved[subscription] = state
             self.mark_deletes[subscription] = state[0]
+        self._trim()
 
     def on_receive(self, message: Any) -> Any:
         return self._handlers[type(message)](message)
@@ -371,6 +376,9 @@ class TopicActor(GeventActor):
         )
         self.subscriptions[message.subscription] = dispatcher
         self.mark_deletes[message.subscription] = cursor.mark_delete
+        if not message.durable:
+            self.non_durable.add(message.subscription)
+        self._trim()
         log.info("%s: created subscription %r at entry %d", self.name, message.subscription, start)
         return dispatcher
 
@@ -392,6 +400,7 @@ class TopicActor(GeventActor):
         if dispatcher is not None and dispatcher is message.dispatcher:
             del self.subscriptions[message.subscription]
             self.mark_deletes.pop(message.subscription, None)
+            self.non_durable.discard(message.subscription)
             self.waiting.pop(message.subscription, None)
             if message.deleted and self.cursors is not None:
                 self.cursors.delete(message.subscription)
@@ -408,6 +417,7 @@ class TopicActor(GeventActor):
             self.saved[message.subscription] = message.cursor
         else:
             self.mark_deletes.pop(message.subscription, None)
+            self.non_durable.discard(message.subscription)
             self._trim()
 
     def _mark_delete_moved(self, message: MarkDeleteMoved) -> None:
@@ -415,11 +425,18 @@ class TopicActor(GeventActor):
             self.mark_deletes[message.subscription] = message.mark_delete
             self._trim()
 
+    def _slowest_durable(self) -> int | None:
+        marks = [m for n, m in self.mark_deletes.items() if n not in self.non_durable]
+        return min(marks) if marks else None
+
     def _trim(self) -> None:
-        # Entries every subscription has acknowledged are dropped; with no subscription at all
-        # the topic keeps everything, so a later subscriber from Earliest sees it.
-        if self.mark_deletes:
-            self.ledger.trim(min(self.mark_deletes.values()))
+        # Retention (storage/retention.py) decides which whole segments go, on the storage
+        # side; the topic only tells it how far every durable subscription has consumed.
+        consumed = self._slowest_durable()
+        if consumed != self.ledger.consumed_up_to:
+            self.ledger.consumed_up_to = consumed
+            if self.retention is not None:
+                self.retention.poke(self.name)
 
     # Reading.
 
@@ -458,6 +475,14 @@ class TopicActor(GeventActor):
 
     # Observability.
 
+    def _backlog_bytes(self) -> int:
+        slowest = self._slowest_durable()
+        bytes_from = getattr(self.ledger, "bytes_from", None)
+        if slowest is None or bytes_from is None:
+            return 0
+        size: int = bytes_from(slowest + 1)
+        return size
+
     def stats(self) -> dict[str, Any]:
         last = self.ledger.last_entry_id
         subscriptions = {}
@@ -480,6 +505,10 @@ class TopicActor(GeventActor):
             "msgOutCounter": sum(s["msgOutCounter"] for s in subs),
             "bytesOutCounter": sum(s["bytesOutCounter"] for s in subs),
             "storageSize": getattr(self.ledger, "size_bytes", 0),
+            # Bytes from the slowest durable subscription's position (Pulsar's backlogSize);
+            # entries kept beyond it are retained by the retention policy.
+            "backlogSize": self._backlog_bytes(),
+            "firstEntryId": self.ledger.first_entry_id,
             "ledgerId": self.ledger.ledger_id,
             "lastEntryId": last,
             "publishers": [{"producerName": n, "address": p} for n, p in self.producers.items()],

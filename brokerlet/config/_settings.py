@@ -259,6 +259,50 @@ class Settings:
         50, "Longest pattern evaluated broker-side; longer ones are not filtered.",
         alias="subscriptionPatternMaxLength", minimum=0,
     )
+
+    # Data rules (issue 14): retention, message TTL, backlog quotas, compaction.
+    default_retention_time_in_minutes: int = setting(
+        0, "How long consumed data is kept (namespaces may override); -1 = forever, "
+        "0 = deleted once every durable subscription has consumed it.",
+        alias="defaultRetentionTimeInMinutes", minimum=-1, maximum=10**9,
+    )
+    default_retention_size_in_mb: int = setting(
+        0, "How much consumed data is kept per topic (MB); -1 = no limit, 0 = none.",
+        alias="defaultRetentionSizeInMB", minimum=-1, maximum=10**12,
+    )
+    retention_check_interval_in_seconds: float = setting(
+        120.0, "How often the storage side trims segments that retention lets go.",
+        alias="retentionCheckIntervalInSeconds", minimum=0.01,
+    )
+    ttl_duration_default_in_seconds: int = setting(
+        0, "Messages older than this (by publish time) are acknowledged on every "
+        "subscription; 0 = never (namespaces may override with messageTTL).",
+        alias="ttlDurationDefaultInSeconds", minimum=0, maximum=10**10,
+    )
+    message_expiry_check_interval_in_minutes: float = setting(
+        5.0, "How often message TTL is applied.",
+        alias="messageExpiryCheckIntervalInMinutes", minimum=0.0001,
+    )
+    backlog_quota_default_limit_bytes: int = setting(
+        -1, "Backlog (bytes of the slowest subscription) above which the quota policy "
+        "applies; -1 = no limit.", alias="backlogQuotaDefaultLimitBytes", minimum=-1,
+    )
+    backlog_quota_default_limit_second: int = setting(
+        -1, "Age (s) of the oldest unconsumed message above which the quota policy applies; "
+        "-1 = no limit.", alias="backlogQuotaDefaultLimitSecond", minimum=-1,
+    )
+    backlog_quota_default_retention_policy: str = setting(
+        "producer_request_hold", "What happens over the backlog quota.",
+        alias="backlogQuotaDefaultRetentionPolicy",
+        choices=("producer_request_hold", "producer_exception", "consumer_backlog_eviction"),
+    )
+    backlog_quota_check_enabled: bool = setting(
+        True, "Check backlog quotas periodically.", alias="backlogQuotaCheckEnabled",
+    )
+    backlog_quota_check_interval_in_seconds: float = setting(
+        60.0, "How often backlog quotas are checked.",
+        alias="backlogQuotaCheckIntervalInSeconds", minimum=0.01,
+    )
     # fmt: on
 
     def __post_init__(self) -> None:
