@@ -7,10 +7,8 @@ consumed the segment and the retention policy lets it go.
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pulsar
@@ -25,8 +23,7 @@ from brokerlet.storage.retention import (
     SegmentInfo,
     segments_to_drop,
 )
-
-MIB = 1024 * 1024
+from tests.datarules import MIB, admin, broker_factory, client_for, drain, poll, stats
 
 
 def seg(first: int, last: int, size: int = 100, stored_ms: int = 0) -> SegmentInfo:
@@ -94,53 +91,7 @@ def test_memory_ledger_trims_whole_chunks_on_the_service_pass() -> None:
 
 # Through the broker with the official client.
 
-
-def client_for(broker: Broker) -> pulsar.Client:
-    quiet = logging.getLogger("tests.pulsar-client")
-    quiet.setLevel(logging.WARNING)
-    return pulsar.Client(broker.service_url, operation_timeout_seconds=5, logger=quiet)
-
-
-def drain(consumer: pulsar.Consumer, wait_ms: int = 300) -> list[pulsar.Message]:
-    got = []
-    while True:
-        try:
-            message = consumer.receive(wait_ms)
-        except pulsar.Timeout:
-            return got
-        got.append(message)
-        consumer.acknowledge(message)
-
-
-def poll(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-@pytest.fixture(params=["memory", "disk"])
-def make_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Broker]]:
-    made: list[Broker] = []
-
-    def make(**settings: object) -> Broker:
-        if request.param == "disk":
-            settings = {"storage": "disk", "data_dir": str(tmp_path / "data"), **settings}
-        broker = Broker(port=0, **settings)
-        broker.start()
-        made.append(broker)
-        return broker
-
-    yield make
-    for broker in made:
-        broker.stop()
-
-
-def stats(broker: Broker, topic: str) -> dict[str, Any]:
-    result = broker.topic_stats(topic)
-    assert result is not None
-    return result
+make_broker = pytest.fixture(params=["memory", "disk"])(broker_factory)
 
 
 def test_a_late_subscription_from_earliest_sees_what_another_acked(
@@ -198,10 +149,8 @@ def test_consumed_segments_go_with_default_retention_but_the_open_one_stays(
 
 
 def set_retention(broker: Broker, minutes: int, size_mb: int) -> requests.Response:
-    url = f"{broker.web_service_url}/admin/v2/namespaces/public/default/retention"
-    return requests.post(
-        url, json={"retentionTimeInMinutes": minutes, "retentionSizeInMB": size_mb}, timeout=5
-    )
+    body = {"retentionTimeInMinutes": minutes, "retentionSizeInMB": size_mb}
+    return admin(broker, "POST", "namespaces/public/default/retention", body)
 
 
 def test_namespace_infinite_retention_keeps_consumed_data(

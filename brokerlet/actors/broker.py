@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,14 +26,22 @@ from brokerlet.actors.connection import (
 from brokerlet.actors.dispatcher import SUB_TYPE_NAMES
 from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.ratelimit import DispatchRateLimiter
-from brokerlet.actors.supervision import CursorState, TopicFailed, stop_quietly
-from brokerlet.actors.topic import CloseClients, IsIdle, Subscribe, TopicActor, TopicStats
+from brokerlet.actors.supervision import CursorState, TopicFailed, stop_quietly, tell_quietly
+from brokerlet.actors.topic import (
+    CloseClients,
+    ExpireMessages,
+    IsIdle,
+    Subscribe,
+    TopicActor,
+    TopicStats,
+)
 from brokerlet.config import Settings
 from brokerlet.metadata import MetadataStore, TopicName
 from brokerlet.metadata import topics as rules
 from brokerlet.metadata.policies import PolicyError
 from brokerlet.metadata.store import AlreadyExists, NotFound
 from brokerlet.storage import CursorStore, DiskStorage, Ledger, MemoryLedger
+from brokerlet.storage.expiry import ExpiryService, message_ttl
 from brokerlet.storage.retention import RetentionPolicy, RetentionService, retention_policy
 from brokerlet.transport.protocol import pb
 
@@ -128,6 +136,20 @@ class BrokerActor(GeventActor):
         self.retention = RetentionService(
             self.retention_policy, settings.retention_check_interval_in_seconds
         )
+        self._ledgers: dict[str, Ledger] = {}  # of the open topics
+        self.expiry = ExpiryService(
+            self._expiry_targets,
+            lambda topic: message_ttl(self.namespace_policies(topic), self.settings),
+            settings.message_expiry_check_interval_in_minutes * 60,
+        )
+
+    def _expiry_targets(self) -> list[tuple[str, Ledger, Callable[[int], None]]]:
+        targets = []
+        for name, ref in list(self.topics.items()):
+            ledger = self._ledgers.get(name)
+            if ledger is not None:
+                targets.append((name, ledger, _expirer(ref)))
+        return targets
 
     def namespace_policies(self, topic: str) -> Mapping[str, Any] | None:
         """The stored policies of ``topic``'s namespace (None when unknown)."""
@@ -142,6 +164,7 @@ class BrokerActor(GeventActor):
 
     def on_start(self) -> None:
         self.retention.start()
+        self.expiry.start()
 
     @property
     def metadata(self) -> MetadataStore:
@@ -185,6 +208,7 @@ class BrokerActor(GeventActor):
 
     def on_stop(self) -> None:
         self.retention.stop()
+        self.expiry.stop()
         for topic in self.topics.values():
             stop_quietly(topic)
 
@@ -214,6 +238,7 @@ class BrokerActor(GeventActor):
                     )
                 ledger = memory
             self.retention.watch(name, ledger)
+            self._ledgers[name] = ledger
             topic = TopicActor.start(
                 name,
                 ledger,
@@ -344,6 +369,7 @@ class BrokerActor(GeventActor):
             self._memory_ledgers.pop(victim, None)
             self._restored.pop(victim, None)
             self.retention.forget(victim)
+            self._ledgers.pop(victim, None)
         if self.storage is not None:
             for victim in victims:
                 self.storage.delete_topic(victim)
@@ -357,3 +383,10 @@ def _parse(name: str) -> TopicName:
         return TopicName.parse(name)
     except ValueError as error:
         raise BrokerError(pb.InvalidTopicName, str(error)) from None
+
+
+def _expirer(topic: pykka.ActorRef[TopicActor]) -> Callable[[int], None]:
+    def expire(entry_id: int) -> None:
+        tell_quietly(topic, ExpireMessages(entry_id))
+
+    return expire

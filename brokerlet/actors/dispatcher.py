@@ -39,6 +39,7 @@ from brokerlet.actors.supervision import GetCursorState, dispatcher_failed, tell
 from brokerlet.config import Settings
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
+from brokerlet.storage.expiry import ExpiryCounter
 from brokerlet.storage.ledger import Entry
 from brokerlet.transport.protocol import pb
 
@@ -135,6 +136,14 @@ class GetStats:
 
 class GetMarkDelete:
     """Asked: the subscription's mark-delete entry id."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireUpTo:
+    """Message TTL or expireMessages (storage/expiry.py): acknowledge every entry up to
+    ``entry_id``, counting those not acknowledged yet as expired."""
+
+    entry_id: int
 
 
 class BatchWritten:
@@ -235,7 +244,9 @@ class Dispatcher:
         self._writes_in_flight = 0  # only counted with COMPLETION_BARRIER
         self._min_replayed = -1  # the replay set's head when the replay read was issued
         self._gate: ConflatedTell | None = None
+        self.expiry = ExpiryCounter()
         self._handlers: dict[type, Callable[[Any], Any]] = {
+            ExpireUpTo: self._expire_up_to,
             ReadMore: self._read_more,
             EntriesRead: self._entries_read,
             Ack: self._ack,
@@ -753,6 +764,26 @@ class Dispatcher:
             self.topic.tell(MarkDeleteMoved(self.name, cursor.mark_delete))
         self._cursor_changed()
 
+    def _expire_up_to(self, message: ExpireUpTo) -> int:
+        """PersistentMessageExpiryMonitor's mark-delete move; answers how many expired."""
+        cursor = self.cursor
+        upto = message.entry_id
+        if self.last_entry_id is not None:
+            upto = min(upto, self.last_entry_id())
+        if upto <= cursor.mark_delete:
+            return 0
+        expired = upto - cursor.mark_delete - cursor.acked_up_to(upto)
+        for entry_id in [e for e in self.pending_owner if e <= upto]:
+            self._forget(entry_id)
+        for entry_id in self.replay.up_to(upto):
+            self._forget(entry_id)
+        cursor.ack_cumulative(upto)
+        self.read_position = max(self.read_position, upto + 1)
+        self.expiry.record(expired)
+        self.topic.tell(MarkDeleteMoved(self.name, cursor.mark_delete))
+        self._cursor_changed()
+        return expired
+
     def _cursor_changed(self) -> None:
         """Save the cursor soon: at most once per ``cursor_flush_ms``, whatever the ack rate."""
         if self.cursor_store is None:
@@ -865,6 +896,7 @@ class Dispatcher:
             "readPosition": f"{self.ledger_id}:{self.read_position}",
             "individuallyAcked": self.cursor.individually_acked,
             "msgRedeliverQueue": len(self.replay),
+            **self.expiry.stats(),
             "totalAvailablePermits": self.total_permits.value,
             "unackedMessages": self.unacked,
             "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,

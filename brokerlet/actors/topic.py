@@ -22,6 +22,7 @@ from brokerlet.actors.dispatcher import (
     CloseConsumers,
     DispatcherActor,
     EntriesRead,
+    ExpireUpTo,
     GetStats,
     MarkDeleteMoved,
     ReadEntries,
@@ -151,6 +152,14 @@ class TopicStats:
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class ExpireMessages:
+    """Acknowledge every entry up to ``entry_id`` on every subscription (message TTL, or the
+    admin expireMessages operation; storage/expiry.py finds the entry)."""
+
+    entry_id: int
+
+
 class IsIdle:
     """Asked: whether the topic has no producer, subscription or waiting read."""
 
@@ -214,6 +223,7 @@ class TopicActor(GeventActor):
             DispatcherFailed: self._dispatcher_failed,
             IsIdle: lambda _: not (self.producers or self.subscriptions or self.waiting),
             CloseClients: self._close_clients,
+            ExpireMessages: self._expire_messages,
         }
 
     def on_start(self) -> None:
@@ -437,6 +447,21 @@ class TopicActor(GeventActor):
             self.ledger.consumed_up_to = consumed
             if self.retention is not None:
                 self.retention.poke(self.name)
+
+    def _expire_messages(self, message: ExpireMessages) -> None:
+        for dispatcher in list(self.subscriptions.values()):
+            tell_quietly(dispatcher, ExpireUpTo(message.entry_id))
+        # Stored subscriptions without a consumer (after a restart) expire too.
+        for name, (mark_delete, acked) in list(self.saved.items()):
+            if message.entry_id <= mark_delete:
+                continue
+            cursor = Cursor.restore(mark_delete, acked)
+            cursor.ack_cumulative(message.entry_id)
+            self.saved[name] = (cursor.mark_delete, cursor.acked_ids())
+            self.mark_deletes[name] = cursor.mark_delete
+            if self.cursors is not None:
+                self.cursors.save(name, cursor.mark_delete, cursor.acked_ids())
+        self._trim()
 
     # Reading.
 
