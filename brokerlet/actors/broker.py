@@ -28,6 +28,7 @@ from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.ratelimit import DispatchRateLimiter
 from brokerlet.actors.supervision import CursorState, TopicFailed, stop_quietly, tell_quietly
 from brokerlet.actors.topic import (
+    BacklogQuotaReport,
     CloseClients,
     ExpireMessages,
     IsIdle,
@@ -41,6 +42,7 @@ from brokerlet.metadata import topics as rules
 from brokerlet.metadata.policies import PolicyError
 from brokerlet.metadata.store import AlreadyExists, NotFound
 from brokerlet.storage import CursorStore, DiskStorage, Ledger, MemoryLedger
+from brokerlet.storage.backlog_quota import QuotaService, QuotaState, backlog_quotas
 from brokerlet.storage.expiry import ExpiryService, message_ttl
 from brokerlet.storage.retention import RetentionPolicy, RetentionService, retention_policy
 from brokerlet.transport.protocol import pb
@@ -142,6 +144,19 @@ class BrokerActor(GeventActor):
             lambda topic: message_ttl(self.namespace_policies(topic), self.settings),
             settings.message_expiry_check_interval_in_minutes * 60,
         )
+        self.quotas = QuotaService(
+            self._quota_targets,
+            lambda topic: backlog_quotas(self.namespace_policies(topic), self.settings),
+            settings.backlog_quota_check_interval_in_seconds,
+        )
+
+    def _quota_targets(self) -> list[tuple[str, Ledger, Callable[[QuotaState, int], None]]]:
+        targets = []
+        for name, ref in list(self.topics.items()):
+            ledger = self._ledgers.get(name)
+            if ledger is not None:
+                targets.append((name, ledger, _quota_reporter(ref)))
+        return targets
 
     def _expiry_targets(self) -> list[tuple[str, Ledger, Callable[[int], None]]]:
         targets = []
@@ -165,6 +180,8 @@ class BrokerActor(GeventActor):
     def on_start(self) -> None:
         self.retention.start()
         self.expiry.start()
+        if self.settings.backlog_quota_check_enabled:
+            self.quotas.start()
 
     @property
     def metadata(self) -> MetadataStore:
@@ -209,6 +226,7 @@ class BrokerActor(GeventActor):
     def on_stop(self) -> None:
         self.retention.stop()
         self.expiry.stop()
+        self.quotas.stop()
         for topic in self.topics.values():
             stop_quietly(topic)
 
@@ -390,3 +408,10 @@ def _expirer(topic: pykka.ActorRef[TopicActor]) -> Callable[[int], None]:
         tell_quietly(topic, ExpireMessages(entry_id))
 
     return expire
+
+
+def _quota_reporter(topic: pykka.ActorRef[TopicActor]) -> Callable[[QuotaState, int], None]:
+    def report(state: QuotaState, evict_to: int) -> None:
+        tell_quietly(topic, BacklogQuotaReport(state, evict_to))
+
+    return report

@@ -141,9 +141,11 @@ class GetMarkDelete:
 @dataclass(frozen=True, slots=True)
 class ExpireUpTo:
     """Message TTL or expireMessages (storage/expiry.py): acknowledge every entry up to
-    ``entry_id``, counting those not acknowledged yet as expired."""
+    ``entry_id``, counting those not acknowledged yet as expired (unless ``expiry`` is
+    False: a backlog-quota eviction)."""
 
     entry_id: int
+    expiry: bool = True
 
 
 class BatchWritten:
@@ -779,7 +781,8 @@ class Dispatcher:
             self._forget(entry_id)
         cursor.ack_cumulative(upto)
         self.read_position = max(self.read_position, upto + 1)
-        self.expiry.record(expired)
+        if message.expiry:
+            self.expiry.record(expired)
         self.topic.tell(MarkDeleteMoved(self.name, cursor.mark_delete))
         self._cursor_changed()
         return expired

@@ -44,6 +44,7 @@ from brokerlet.actors.supervision import (
     tell_quietly,
 )
 from brokerlet.config import Settings
+from brokerlet.storage.backlog_quota import QuotaState, refusal, size_exceeded_now
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry, Ledger, NewEntry
@@ -155,9 +156,20 @@ class TopicStats:
 @dataclass(frozen=True, slots=True)
 class ExpireMessages:
     """Acknowledge every entry up to ``entry_id`` on every subscription (message TTL, or the
-    admin expireMessages operation; storage/expiry.py finds the entry)."""
+    admin expireMessages operation; storage/expiry.py finds the entry). ``expiry`` False: a
+    backlog-quota eviction, not counted as expired."""
 
     entry_id: int
+    expiry: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogQuotaReport:
+    """The backlog-quota check's finding (storage/backlog_quota.py); ``evict_to`` >= 0 moves
+    the subscriptions behind it there (consumer_backlog_eviction)."""
+
+    state: QuotaState
+    evict_to: int = -1
 
 
 class IsIdle:
@@ -193,6 +205,7 @@ class TopicActor(GeventActor):
         self.mark_deletes: dict[str, int] = {}
         self.non_durable: set[str] = set()  # readers: they hold no data back (as on Pulsar)
         self.retention = retention
+        self.quota = QuotaState()  # the backlog-quota check's last finding
         self.waiting: dict[str, ReadEntries] = {}  # long polls at the end of the ledger
         self.msg_in = 0
         self.bytes_in = 0
@@ -224,6 +237,7 @@ class TopicActor(GeventActor):
             IsIdle: lambda _: not (self.producers or self.subscriptions or self.waiting),
             CloseClients: self._close_clients,
             ExpireMessages: self._expire_messages,
+            BacklogQuotaReport: self._backlog_quota,
         }
 
     def on_start(self) -> None:
@@ -328,7 +342,30 @@ class TopicActor(GeventActor):
         else:
             appended(0)
 
+    def _backlog_quota(self, message: BacklogQuotaReport) -> None:
+        self.quota = message.state
+        if message.evict_to >= 0:
+            log.info(
+                "%s: backlog quota exceeded, evicting up to entry %d", self.name, message.evict_to
+            )
+            self._expire_messages(ExpireMessages(message.evict_to, expiry=False))
+        elif refusal(message.state) is not None and self.producers:
+            # BacklogQuotaManager#disconnectProducers: they reconnect and are refused.
+            log.info("%s: backlog quota exceeded, disconnecting producers", self.name)
+            for connection in {id(c): c for c in self.producer_connections.values()}.values():
+                if connection is not None:
+                    tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+            self.producers.clear()
+            self.producer_connections.clear()
+
     def _add_producer(self, message: AddProducer) -> None:
+        if self.quota.exceeded == "destination_storage" and not size_exceeded_now(
+            self.quota, self._backlog_bytes()
+        ):
+            self.quota = QuotaState()  # drained since the last check
+        refused = refusal(self.quota)
+        if refused is not None:
+            raise BrokerError(*refused)
         if message.name in self.producers:
             raise BrokerError(
                 pb.ProducerBusy, f"Producer with name {message.name!r} is already connected"
@@ -450,7 +487,7 @@ class TopicActor(GeventActor):
 
     def _expire_messages(self, message: ExpireMessages) -> None:
         for dispatcher in list(self.subscriptions.values()):
-            tell_quietly(dispatcher, ExpireUpTo(message.entry_id))
+            tell_quietly(dispatcher, ExpireUpTo(message.entry_id, message.expiry))
         # Stored subscriptions without a consumer (after a restart) expire too.
         for name, (mark_delete, acked) in list(self.saved.items()):
             if message.entry_id <= mark_delete:
@@ -534,6 +571,10 @@ class TopicActor(GeventActor):
             # entries kept beyond it are retained by the retention policy.
             "backlogSize": self._backlog_bytes(),
             "firstEntryId": self.ledger.first_entry_id,
+            "backlogQuotaLimitSize": self.quota.limit_size,
+            "backlogQuotaLimitTime": self.quota.limit_time,
+            "oldestBacklogMessageAgeSeconds": self.quota.oldest_age_s,
+            "backlogQuotaExceeded": self.quota.exceeded,  # brokerlet's: the type, or null
             "ledgerId": self.ledger.ledger_id,
             "lastEntryId": last,
             "publishers": [{"producerName": n, "address": p} for n, p in self.producers.items()],
