@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import gevent
 import pykka
 
 from brokerlet.actors._runtime import GeventActor
@@ -32,6 +33,7 @@ from brokerlet.actors.topic import (
     CloseClients,
     ExpireMessages,
     IsIdle,
+    MaybeCompact,
     Subscribe,
     TopicActor,
     TopicStats,
@@ -150,6 +152,21 @@ class BrokerActor(GeventActor):
             settings.backlog_quota_check_interval_in_seconds,
         )
 
+    def _monitor_compaction(self) -> None:
+        """brokerServiceCompactionThresholdInBytes / namespace compactionThreshold, checked
+        every brokerServiceCompactionMonitorIntervalInSeconds (each topic decides)."""
+        while True:
+            gevent.sleep(self.settings.broker_service_compaction_monitor_interval_in_seconds)
+            for name, ref in list(self.topics.items()):
+                stored = (self.namespace_policies(name) or {}).get("compaction_threshold")
+                threshold = (
+                    self.settings.broker_service_compaction_threshold_in_bytes
+                    if stored is None
+                    else int(stored)
+                )
+                if threshold > 0:
+                    tell_quietly(ref, MaybeCompact(threshold))
+
     def _quota_targets(self) -> list[tuple[str, Ledger, Callable[[QuotaState, int], None]]]:
         targets = []
         for name, ref in list(self.topics.items()):
@@ -182,6 +199,7 @@ class BrokerActor(GeventActor):
         self.expiry.start()
         if self.settings.backlog_quota_check_enabled:
             self.quotas.start()
+        self._compaction_monitor = gevent.spawn(self._monitor_compaction)
 
     @property
     def metadata(self) -> MetadataStore:
@@ -227,6 +245,7 @@ class BrokerActor(GeventActor):
         self.retention.stop()
         self.expiry.stop()
         self.quotas.stop()
+        self._compaction_monitor.kill(block=False)
         for topic in self.topics.values():
             stop_quietly(topic)
 

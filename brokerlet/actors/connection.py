@@ -617,14 +617,19 @@ class ConnectionActor(GeventActor):
             start = (request.start_message_id.ledger_id, request.start_message_id.entry_id)
         try:
             topic_ref = self._topic(request.topic)
+            dispatcher = topic_ref.ask(
+                Subscribe(
+                    request.subscription,
+                    request.sub_type,
+                    durable,
+                    request.initial_position,
+                    start,
+                    read_compacted=request.read_compacted,
+                )
+            )
         except BrokerError as error:
             self._error(request_id, error.code, error.message)
             return
-        dispatcher = topic_ref.ask(
-            Subscribe(
-                request.subscription, request.sub_type, durable, request.initial_position, start
-            )
-        )
         consumer = Consumer(
             consumer_id=request.consumer_id,
             name=request.consumer_name or f"consumer-{request.consumer_id}",
@@ -756,7 +761,7 @@ class ConnectionActor(GeventActor):
         consumer = self._requested_consumer(request.consumer_id, request.request_id)
         if consumer is None:
             return
-        ledger_id, last = self._topic(consumer.topic).ask(GetLastEntry())
+        ledger_id, last = self._topic(consumer.topic).ask(GetLastEntry(consumer.subscription))
         mark_delete = self._dispatcher_of(consumer).ask(GetMarkDelete())
         response = pb.CommandGetLastMessageIdResponse(request_id=request.request_id)
         # An empty topic answers -1:-1, which the client reads as "nothing there".

@@ -8,6 +8,7 @@ until the next append (the long poll) or until its dispatcher cancels it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +43,11 @@ from brokerlet.actors.supervision import (
     record_failure,
     stop_quietly,
     tell_quietly,
+)
+from brokerlet.compaction.state import (
+    COMPACTION_SUBSCRIPTION,
+    CompactionRunningError,
+    TopicCompaction,
 )
 from brokerlet.config import Settings
 from brokerlet.storage.backlog_quota import QuotaState, refusal, size_exceeded_now
@@ -134,11 +140,12 @@ class Subscribe:
     durable: bool
     initial_position: int  # pb.CommandSubscribe.Latest / Earliest
     start_message_id: tuple[int, int] | None = None
+    read_compacted: bool = False  # read the compacted view up to its horizon first
 
 
 @dataclass(frozen=True, slots=True)
 class GetLastEntry:
-    pass
+    subscription: str | None = None  # a read_compacted one gets the view's last entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +177,26 @@ class BacklogQuotaReport:
 
     state: QuotaState
     evict_to: int = -1
+
+
+class Compact:
+    """Asked (admin PUT .../compaction): start a compaction; raises when one runs."""
+
+
+class CompactionStatus:
+    """Asked: Pulsar's LongRunningProcessStatus of the last compaction."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionDone:
+    result: Any  # CompactionResult, or the error that failed it
+
+
+@dataclass(frozen=True, slots=True)
+class MaybeCompact:
+    """The compaction monitor: compact if the bytes after the horizon exceed ``threshold``."""
+
+    threshold: int
 
 
 class IsIdle:
@@ -206,6 +233,10 @@ class TopicActor(GeventActor):
         self.non_durable: set[str] = set()  # readers: they hold no data back (as on Pulsar)
         self.retention = retention
         self.quota = QuotaState()  # the backlog-quota check's last finding
+        self.read_compacted: set[str] = set()  # subscriptions reading the compacted view
+        self.compaction = TopicCompaction(
+            name, ledger, retain_null_key=settings.topic_compaction_retain_null_key
+        )
         self.waiting: dict[str, ReadEntries] = {}  # long polls at the end of the ledger
         self.msg_in = 0
         self.bytes_in = 0
@@ -230,7 +261,7 @@ class TopicActor(GeventActor):
             RemoveProducer: self._remove_producer,
             Subscribe: self._subscribe,
             AppendDone: lambda m: m.handle(m.result),
-            GetLastEntry: lambda _: (self.ledger.ledger_id, self.ledger.last_entry_id),
+            GetLastEntry: self._last_entry,
             ResolvePosition: lambda m: self._start_of(m.message_id),
             TopicStats: lambda _: self.stats(),
             DispatcherFailed: self._dispatcher_failed,
@@ -238,9 +269,15 @@ class TopicActor(GeventActor):
             CloseClients: self._close_clients,
             ExpireMessages: self._expire_messages,
             BacklogQuotaReport: self._backlog_quota,
+            Compact: lambda _: self._compact(),
+            CompactionStatus: lambda _: self.compaction.status_document(),
+            CompactionDone: self._compaction_done,
+            MaybeCompact: self._maybe_compact,
         }
 
     def on_start(self) -> None:
+        self.compaction.load()
+        self._compaction_holds()
         if self.cursors is None:
             self._restore()
             return
@@ -395,13 +432,25 @@ class TopicActor(GeventActor):
 
     def _subscribe(self, message: Subscribe) -> pykka.ActorRef[DispatcherActor]:
         existing = self.subscriptions.get(message.subscription)
+        if message.read_compacted and message.sub_type not in (
+            pb.CommandSubscribe.Exclusive,
+            pb.CommandSubscribe.Failover,
+        ):
+            raise BrokerError(
+                pb.NotAllowedError,
+                "readCompacted only allowed on failover or exclusive subscriptions",
+            )
         if existing is not None:
             return existing
         first = self.ledger.first_entry_id
+        if message.read_compacted:
+            first = self.compaction.first_id(first)
         last = self.ledger.last_entry_id
         start = first if message.initial_position == pb.CommandSubscribe.Earliest else last + 1
         if message.start_message_id is not None:
             start = self._start_of(message.start_message_id)
+            if message.read_compacted and start == self.ledger.first_entry_id:
+                start = min(start, first)
         cursor = Cursor(start - 1)
         saved = self.saved.pop(message.subscription, None) if message.durable else None
         if saved is not None:
@@ -425,6 +474,8 @@ class TopicActor(GeventActor):
         self.mark_deletes[message.subscription] = cursor.mark_delete
         if not message.durable:
             self.non_durable.add(message.subscription)
+        if message.read_compacted:
+            self.read_compacted.add(message.subscription)
         self._trim()
         log.info("%s: created subscription %r at entry %d", self.name, message.subscription, start)
         return dispatcher
@@ -448,6 +499,7 @@ class TopicActor(GeventActor):
             del self.subscriptions[message.subscription]
             self.mark_deletes.pop(message.subscription, None)
             self.non_durable.discard(message.subscription)
+            self.read_compacted.discard(message.subscription)
             self.waiting.pop(message.subscription, None)
             if message.deleted and self.cursors is not None:
                 self.cursors.delete(message.subscription)
@@ -513,7 +565,16 @@ class TopicActor(GeventActor):
         def done(result: list[Entry] | BaseException) -> None:
             tell_quietly(message.reply_to, EntriesRead(message.read_id, result, replay=False))
 
-        self.ledger.read(message.start, message.max_entries, message.max_bytes, done)
+        start = message.start
+        if message.subscription in self.read_compacted:
+            compacted, start = self.compaction.read(start, message.max_entries)
+            if compacted:
+                done(compacted)
+                return
+            if start > self.ledger.last_entry_id:
+                self.waiting[message.subscription] = dataclasses.replace(message, start=start)
+                return
+        self.ledger.read(start, message.max_entries, message.max_bytes, done)
 
     def _complete_waiting_reads(self) -> None:
         if not self.waiting:
@@ -528,7 +589,70 @@ class TopicActor(GeventActor):
         def done(result: list[Entry] | BaseException) -> None:
             tell_quietly(message.reply_to, EntriesRead(message.read_id, result, replay=True))
 
+        view = self.compaction.view
+        if message.subscription in self.read_compacted and view is not None:
+            # Redeliveries within the horizon come from the view (the topic may have
+            # trimmed them).
+            found = view.read_ids([i for i in message.entry_ids if i <= view.horizon])
+            later = [i for i in message.entry_ids if i > view.horizon]
+
+            def merged(result: list[Entry] | BaseException) -> None:
+                if isinstance(result, BaseException):
+                    done(result)
+                    return
+                found.update((entry.entry_id, entry) for entry in result)
+                done([found[i] for i in message.entry_ids if i in found])
+
+            self.ledger.read_ids(later, merged)
+            return
         self.ledger.read_ids(message.entry_ids, done)
+
+    def _last_entry(self, message: GetLastEntry) -> tuple[int, int]:
+        last = self.ledger.last_entry_id
+        view = self.compaction.view
+        # As Pulsar's handleGetLastMessageId for readCompacted: within the horizon the last
+        # message is the view's (the topic's may have been compacted away).
+        if (
+            message.subscription in self.read_compacted
+            and view is not None
+            and last <= view.horizon
+        ):
+            last = view.ids[-1] if view.ids else -1
+        return self.ledger.ledger_id, last
+
+    # Compaction (brokerlet/compaction/).
+
+    def _compact(self) -> None:
+        try:
+            self.compaction.start(
+                self._on_actor(lambda r: self._compaction_done(CompactionDone(r)))
+            )
+        except CompactionRunningError as error:
+            raise BrokerError(pb.ServiceNotReady, str(error)) from None
+
+    def _maybe_compact(self, message: MaybeCompact) -> None:
+        if message.threshold <= 0 or self.compaction.running is not None:
+            return
+        horizon = self.compaction.horizon
+        bytes_from = getattr(self.ledger, "bytes_from", None)
+        if bytes_from is None or self.ledger.last_entry_id <= (
+            horizon if horizon is not None else -1
+        ):
+            return
+        if bytes_from((horizon if horizon is not None else -1) + 1) > message.threshold:
+            self._compact()
+
+    def _compaction_done(self, message: CompactionDone) -> None:
+        self.compaction.finished(message.result)
+        self._compaction_holds()
+        self._trim()
+
+    def _compaction_holds(self) -> None:
+        # The compactor's cursor is a durable cursor at the horizon (as Pulsar's
+        # __compaction subscription): the topic's data after it stays until compacted.
+        horizon = self.compaction.horizon
+        if horizon is not None:
+            self.mark_deletes[COMPACTION_SUBSCRIPTION] = horizon
 
     def _cancel_read(self, message: CancelRead) -> None:
         waiting = self.waiting.get(message.subscription)
@@ -575,6 +699,7 @@ class TopicActor(GeventActor):
             "backlogQuotaLimitTime": self.quota.limit_time,
             "oldestBacklogMessageAgeSeconds": self.quota.oldest_age_s,
             "backlogQuotaExceeded": self.quota.exceeded,  # brokerlet's: the type, or null
+            "compaction": self.compaction.stats(),
             "ledgerId": self.ledger.ledger_id,
             "lastEntryId": last,
             "publishers": [{"producerName": n, "address": p} for n, p in self.producers.items()],

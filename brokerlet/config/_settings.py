@@ -303,6 +303,19 @@ class Settings:
         60.0, "How often backlog quotas are checked.",
         alias="backlogQuotaCheckIntervalInSeconds", minimum=0.01,
     )
+    broker_service_compaction_threshold_in_bytes: int = setting(
+        0, "Compact a topic when its data after the last compaction exceeds this (bytes); "
+        "0 = never automatically (namespaces may set compactionThreshold).",
+        alias="brokerServiceCompactionThresholdInBytes", minimum=0,
+    )
+    broker_service_compaction_monitor_interval_in_seconds: float = setting(
+        60.0, "How often compaction thresholds are checked.",
+        alias="brokerServiceCompactionMonitorIntervalInSeconds", minimum=0.01,
+    )
+    topic_compaction_retain_null_key: bool = setting(
+        False, "Keep messages without a key when compacting (dropped otherwise, as Pulsar).",
+        alias="topicCompactionRetainNullKey",
+    )
     # fmt: on
 
     def __post_init__(self) -> None:

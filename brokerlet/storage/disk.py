@@ -169,6 +169,11 @@ class DiskLedger:
         return self._closed
 
     @property
+    def directory(self) -> str:
+        """The topic's directory (the compacted view's file lives there too)."""
+        return self._directory
+
+    @property
     def cursors(self) -> CursorStore:
         """The durable cursors of this topic's subscriptions."""
         return self._cursors

@@ -116,6 +116,7 @@ class MemoryLedger:
         self._chunks: list[list[int]] = []
         self._closed = False
         self.consumed_up_to: int | None = None
+        self.compacted_view: object = None  # kept here so it outlives the topic actor
 
     @property
     def ledger_id(self) -> int:

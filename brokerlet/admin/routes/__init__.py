@@ -12,6 +12,7 @@ from brokerlet.admin.rest import Route
 from brokerlet.admin.routes import (
     brokers,
     clusters,
+    compaction,
     lookup,
     namespaces,
     stats,
@@ -21,7 +22,7 @@ from brokerlet.admin.routes import (
 
 __all__ = ["MODULES", "all_routes"]
 
-MODULES = (stats, brokers, clusters, tenants, namespaces, topics, lookup)
+MODULES = (stats, brokers, clusters, tenants, namespaces, topics, lookup, compaction)
 
 
 @functools.cache

@@ -12,6 +12,12 @@ out. Commands are the generated protobuf classes in ``pb``::
 """
 
 from brokerlet.transport.protocol import pulsar_pb2 as pb
+from brokerlet.transport.protocol._batch import (
+    Member,
+    UnreadableBatchError,
+    repack_entry,
+    unpack_entry,
+)
 from brokerlet.transport.protocol._errors import ProtocolError
 from brokerlet.transport.protocol._fast import (
     encode_ack,
@@ -48,8 +54,10 @@ __all__ = [
     "PROTOCOL_VERSION",
     "Frame",
     "FrameDecoder",
+    "Member",
     "Payload",
     "ProtocolError",
+    "UnreadableBatchError",
     "build_entry",
     "command_body",
     "command_name",
@@ -66,5 +74,7 @@ __all__ = [
     "metadata_problem",
     "parse_metadata",
     "pb",
+    "repack_entry",
     "split_batch",
+    "unpack_entry",
 ]
