@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench.broker_process import REPO_ROOT, broker_command
+from bench.compaction_section import run_compaction
 from bench.dispatch_sections import run_backpressure, run_flow, run_keyshared, run_selector
 from bench.memory import raise_file_limit
 from bench.partitions_section import run_partitions
@@ -21,8 +22,8 @@ from bench.throughput import DEFAULT_PRODUCERS
 __all__ = ["main"]
 
 # Client-process sections first; those that run a broker or actors in this process last.
-SECTIONS = ("throughput", "keyshared", "storage", "partitions", "startup", "memory",
-            "backpressure", "flow", "selector")
+SECTIONS = ("throughput", "keyshared", "storage", "partitions", "compaction", "startup",
+            "memory", "backpressure", "flow", "selector")
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
 
@@ -53,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "keyshared": lambda: run_keyshared(plan, args.producers),
         "storage": lambda: run_storage(plan, args.producers),
         "partitions": lambda: run_partitions(plan, args.producers, args.quick),
+        "compaction": lambda: run_compaction(plan, args.producers, args.quick),
         "startup": lambda: run_startup(plan),
         "memory": lambda: run_memory(plan),
         "backpressure": lambda: run_backpressure(plan),

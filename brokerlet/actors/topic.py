@@ -235,7 +235,10 @@ class TopicActor(GeventActor):
         self.quota = QuotaState()  # the backlog-quota check's last finding
         self.read_compacted: set[str] = set()  # subscriptions reading the compacted view
         self.compaction = TopicCompaction(
-            name, ledger, retain_null_key=settings.topic_compaction_retain_null_key
+            name,
+            ledger,
+            retain_null_key=settings.topic_compaction_retain_null_key,
+            cpu_share=settings.compaction_cpu_share,
         )
         self.waiting: dict[str, ReadEntries] = {}  # long polls at the end of the ledger
         self.msg_in = 0

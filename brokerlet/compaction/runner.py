@@ -9,6 +9,7 @@ the one a restart finds.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,9 +26,18 @@ __all__ = ["run_compaction"]
 _CHUNK = 1000
 
 
-def _read_range(ledger: Ledger, start: int, stop: int, timeout: float) -> Iterator[Entry]:
+def _read_range(
+    ledger: Ledger, start: int, stop: int, timeout: float, cpu_share: float
+) -> Iterator[Entry]:
+    """The entries ``start..stop`` in chunks; between chunks the greenlet pauses so the
+    compaction's share of the hub stays near ``cpu_share`` (the broker shares one core
+    with it: produce and dispatch go on while a topic compacts)."""
     position = max(start, ledger.first_entry_id)
+    resumed = time.perf_counter()
     while position <= stop:
+        busy = time.perf_counter() - resumed
+        gevent.sleep(busy * (1 - cpu_share) / cpu_share if cpu_share < 1 else 0)
+        resumed = time.perf_counter()
         result: gevent.event.AsyncResult[Any] = gevent.event.AsyncResult()
         ledger.read(position, min(_CHUNK, stop - position + 1), 0, result.set)
         entries = result.get(timeout=timeout)
@@ -50,13 +60,14 @@ def run_compaction(
     directory: str | None,
     file_ops: FileOps | None = None,
     timeout: float = 60.0,
+    cpu_share: float = 1.0,
 ) -> CompactionResult:
     """Compact ``ledger`` up to its current last entry; the view file is replaced (when
     ``directory`` is given) before this returns."""
     horizon = ledger.last_entry_id
     result = compact(
         previous,
-        lambda start, stop: _read_range(ledger, start, stop, timeout),
+        lambda start, stop: _read_range(ledger, start, stop, timeout, cpu_share),
         ledger.ledger_id,
         horizon,
         retain_null_key=retain_null_key,

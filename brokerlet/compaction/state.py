@@ -33,7 +33,10 @@ class CompactionRunningError(Exception):
 
 
 class TopicCompaction:
-    def __init__(self, name: str, ledger: Ledger, *, retain_null_key: bool) -> None:
+    def __init__(
+        self, name: str, ledger: Ledger, *, retain_null_key: bool, cpu_share: float = 1.0
+    ) -> None:
+        self.cpu_share = cpu_share
         self.name = name
         self.ledger = ledger
         self.retain_null_key = retain_null_key
@@ -83,6 +86,7 @@ class TopicCompaction:
                     previous,
                     retain_null_key=self.retain_null_key,
                     directory=self.directory,
+                    cpu_share=self.cpu_share,
                 )
             except Exception as error:  # reported as the status's lastError
                 result = error

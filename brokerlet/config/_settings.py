@@ -312,6 +312,10 @@ class Settings:
         60.0, "How often compaction thresholds are checked.",
         alias="brokerServiceCompactionMonitorIntervalInSeconds", minimum=0.01,
     )
+    compaction_cpu_share: float = setting(
+        0.25, "Largest share of the broker's event loop a running compaction takes (it "
+        "pauses between chunks of 1,000 entries); 1 = no pauses.", minimum=0.01, maximum=1.0,
+    )
     topic_compaction_retain_null_key: bool = setting(
         False, "Keep messages without a key when compacting (dropped otherwise, as Pulsar).",
         alias="topicCompactionRetainNullKey",
