@@ -9,22 +9,27 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench.broker_process import REPO_ROOT, broker_command
-from bench.compaction_section import run_compaction
-from bench.dispatch_sections import run_backpressure, run_flow, run_keyshared, run_selector
-from bench.memory import raise_file_limit
-from bench.partitions_section import run_partitions
+from bench.plan import FULL, QUICK, SectionResult
 from bench.report import Row, print_header, print_table, system_info, write_json
-from bench.sections import FULL, QUICK, SectionResult, run_memory, run_startup, run_throughput
-from bench.storage_section import run_storage
-from bench.throughput import DEFAULT_PRODUCERS
+from bench.sections.backpressure import run_backpressure
+from bench.sections.compaction import run_compaction
+from bench.sections.flow import run_flow
+from bench.sections.keyshared import run_keyshared
+from bench.sections.memory import raise_file_limit, run_memory
+from bench.sections.partitions import run_partitions
+from bench.sections.selector import run_selector
+from bench.sections.startup import run_startup
+from bench.sections.storage import run_storage
+from bench.sections.throughput import DEFAULT_PRODUCERS, run_throughput
+from bench.sections.tls import run_tls
+from brokerlet.testing.process import brokerlet_command
 
 __all__ = ["main"]
 
 # Client-process sections first; those that run a broker or actors in this process last.
-SECTIONS = ("throughput", "keyshared", "storage", "partitions", "compaction", "startup",
+SECTIONS = ("throughput", "tls", "keyshared", "storage", "partitions", "compaction", "startup",
             "memory", "backpressure", "flow", "selector")
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,12 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     clients = None
     if "throughput" in chosen:
         clients = _clients_line(args.producers, plan.compare_single_producer)
-    info = system_info(command, broker_command(0, data_dir="<fresh temp dir per broker>"),
+    info = system_info(command, brokerlet_command(0, data_dir="<fresh temp dir per broker>"),
                        clients)
     print_header(info)
 
     runners: dict[str, Callable[[], SectionResult]] = {
         "throughput": lambda: run_throughput(plan, profile_path, args.producers),
+        "tls": lambda: run_tls(plan, args.producers),
         "keyshared": lambda: run_keyshared(plan, args.producers),
         "storage": lambda: run_storage(plan, args.producers),
         "partitions": lambda: run_partitions(plan, args.producers, args.quick),

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "Row",
@@ -229,3 +229,41 @@ def _git_revision() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return f"{revision} (with uncommitted changes)" if dirty else revision
+
+
+def rate_range(summary: Summary) -> str:
+    """``low-high`` of a rate summary, for a row's range column; empty without figures."""
+    if math.isnan(summary.median):
+        return ""
+    return f"{summary.low:,.0f}-{summary.high:,.0f}"
+
+
+class _Run(Protocol):
+    """A timed run's result: its figures, and an error when it failed."""
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def latency_p50_ms(self) -> float: ...
+
+    @property
+    def latency_p99_ms(self) -> float: ...
+
+
+RunT = TypeVar("RunT", bound=_Run)
+
+
+def succeeded(runs: Sequence[RunT]) -> tuple[list[RunT], int, str]:
+    """The runs without an error, how many failed, and a note saying so ("" if none did)."""
+    good = [run for run in runs if run.error is None]
+    failures = len(runs) - len(good)
+    return good, failures, f" ({failures} of {len(runs)} runs failed)" if failures else ""
+
+
+def latency_row(label: str, good: Sequence[_Run]) -> Row:
+    """The median p50 / p99 row of the successful runs, with the range of their p99s."""
+    p50 = Summary.of([run.latency_p50_ms for run in good])
+    p99 = Summary.of([run.latency_p99_ms for run in good])
+    return Row(label, f"{p50.median:.1f} / {p99.median:.1f} ms",
+               f"p99 {p99.low:.1f}-{p99.high:.1f} ms" if good else "")

@@ -3,14 +3,14 @@
 ``Broker`` runs a broker (embedded, or as ``brokerlet serve``); ``Client`` is brokerlet's
 gevent-native Pulsar client, for gevent programs and Locust load tests where the official
 C++-based client would block the hub. Its other names (producers, consumers, errors) live in
-:mod:`brokerlet.transport.client`.
+:mod:`brokerlet.client`.
 """
 
 __version__ = "0.1.0"
 
 from brokerlet.broker import Broker
+from brokerlet.client import Client, ConsumerType, InitialPosition, MessageId
 from brokerlet.config import Settings, SettingsError, load_settings
-from brokerlet.transport.client import Client, ConsumerType, InitialPosition, MessageId
 
 __all__ = [
     "Broker",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,22 +22,23 @@ import gevent
 import gevent.event
 import pykka
 
-from brokerlet.actors.broker import (
-    BrokerActor,
-    CloseIdleTopics,
-    GetAllStats,
-    GetTopic,
-    GetTopicStats,
-)
+from brokerlet.actors import stats_reader
+from brokerlet.actors.broker import BrokerActor
 from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.actors.messages import CloseIdleTopics, GetTopic
 from brokerlet.actors.supervision import tell_quietly
 from brokerlet.admin import AdminServer
 from brokerlet.admin.rest import AdminContext
 from brokerlet.config import Settings, SettingsError, load_settings
+from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
 from brokerlet.metadata import MetadataStore
 from brokerlet.metadata.listeners import parse_listeners
+from brokerlet.security.authorization import PolicySource, PulsarShapedPolicies
+from brokerlet.security.http import admin_guard, start_https
+from brokerlet.security.service import Security
 from brokerlet.storage import DiskStorage, FileOps
 from brokerlet.transport.server import Server
+from brokerlet.transport.tls import server_context
 
 __all__ = ["Broker"]
 
@@ -51,8 +53,19 @@ class Broker:
     Args:
         settings: a complete settings object; defaults to :func:`load_settings` with no file
             and no environment, so an embedded broker is not steered by ``BROKERLET_*``.
+        storage_file_ops: file operations for disk storage (tests inject failures).
+        dispatch_options: switches that turn dispatch rules off, for tests and diagnostics
+            that show what a rule prevents (see :class:`DispatchOptions`).
+        pulsar_config: a Pulsar ``broker.conf`` / ``standalone.conf`` read under the
+            overrides (only without ``settings``).
+        policies: where tenants' admin roles and namespace permissions come from; defaults
+            to the broker's metadata store (see :attr:`policies`).
         **overrides: individual settings, by snake_case key or Pulsar alias
             (``Broker(port=0, dispatcherMaxReadBatchSize=50)``).
+
+    Raises:
+        SettingsError: a bad setting, an unsupported authentication provider, or TLS or
+            key files that cannot be loaded.
 
     Example::
 
@@ -65,10 +78,15 @@ class Broker:
         settings: Settings | None = None,
         *,
         storage_file_ops: FileOps | None = None,
+        dispatch_options: DispatchOptions = DEFAULT_OPTIONS,
+        pulsar_config: str | os.PathLike[str] | None = None,
+        policies: PolicySource | None = None,
         **overrides: object,
     ) -> None:
         if settings is None:
-            settings = load_settings(env={}, overrides=overrides)
+            settings = load_settings(env={}, overrides=overrides, pulsar_config=pulsar_config)
+        elif pulsar_config is not None:
+            raise TypeError("pass pulsar_config or settings, not both")
         elif overrides:
             settings = settings.replace(**overrides)
         # An ephemeral broker gets an ephemeral web service too, unless another port was
@@ -90,7 +108,17 @@ class Broker:
                 key="internal_listener_name",
             )
         self.settings = settings
+        # Tenants and namespace permissions come from the metadata store (made at start).
+        self.security = Security.from_settings(
+            settings, policies if policies is not None else self._metadata_policies()
+        )
+        self.policies = self.security.authorizer.policies
+        uses_tls = settings.broker_service_port_tls >= 0 or settings.web_service_port_tls >= 0
+        self._tls_context = server_context(settings) if uses_tls else None
+        self._tls_server: Server | None = None
+        self._https: Any = None
         self._file_ops = storage_file_ops
+        self._dispatch_options = dispatch_options
         self.metadata: MetadataStore | None = None
         self._storage: DiskStorage | None = None
         self._thread: threading.Thread | None = None
@@ -106,6 +134,28 @@ class Broker:
         self._idle_check: gevent.Greenlet | None = None
         self.started_at: float | None = None
         self.startup_seconds: float | None = None
+
+    def _metadata_policies(self) -> PulsarShapedPolicies:
+        def tenant_info(tenant: str) -> Any:
+            return None if self.metadata is None else self.metadata.tenants.get(tenant)
+
+        def namespace_policies(tenant: str, namespace: str) -> Any:
+            store = self.metadata
+            return None if store is None else store.namespaces.get(f"{tenant}/{namespace}")
+
+        def update(tenant: str, namespace: str, change: Callable[[dict[str, Any]], None]) -> bool:
+            store = self.metadata
+            if store is None or f"{tenant}/{namespace}" not in store.namespaces:
+                return False
+
+            def changed(policies: dict[str, Any]) -> dict[str, Any]:
+                change(policies)
+                return policies
+
+            store.update_policies(f"{tenant}/{namespace}", changed)
+            return True
+
+        return PulsarShapedPolicies(tenant_info, namespace_policies, update)
 
     # Lifecycle.
 
@@ -169,24 +219,40 @@ class Broker:
     @property
     def service_url(self) -> str:
         """The ``pulsar://`` URL clients should use (also what lookups answer)."""
-        if self.settings.advertised_url:
+        if self.settings.advertised_url.startswith("pulsar://"):
             return self.settings.advertised_url
         host, port = self.address
         return f"pulsar://{host}:{port}"
+
+    @property
+    def service_url_tls(self) -> str | None:
+        """The ``pulsar+ssl://`` URL, or None without a TLS listener."""
+        if self._tls_server is None:
+            return None
+        if self.settings.advertised_url_tls:
+            return self.settings.advertised_url_tls
+        if self.settings.advertised_url.startswith("pulsar+ssl://"):
+            return self.settings.advertised_url
+        host, port = self._tls_server.address
+        return f"pulsar+ssl://{host}:{port}"
+
+    @property
+    def web_service_url_tls(self) -> str | None:
+        """The HTTPS base URL, or None without an HTTPS listener."""
+        if self._https is None:
+            return None
+        host, port = self._https.address[:2]
+        return f"https://{host}:{port}"
 
     # Observability.
 
     def topic_stats(self, topic: str) -> dict[str, Any] | None:
         """Stats of one topic, shaped like Pulsar's topic stats; None for an unknown topic."""
-        stats: dict[str, Any] | None = self._call(
-            lambda ref: ref.ask(GetTopicStats(topic), block=True)
-        )
-        return stats
+        return self._call(lambda ref: stats_reader.topic_stats(ref, topic))
 
     def stats(self) -> dict[str, Any]:
         """Stats of every topic, keyed by topic name."""
-        stats: dict[str, Any] = self._call(lambda ref: ref.ask(GetAllStats(), block=True))
-        return stats
+        return self._call(stats_reader.all_stats)
 
     def _call(self, func: Callable[[pykka.ActorRef[BrokerActor]], R], timeout: float = 10.0) -> R:
         """Run ``func(broker_actor)`` on the broker's hub and return its result to this thread."""
@@ -212,6 +278,11 @@ class Broker:
         try:
             self._run(None)
         finally:
+            # The hub is this thread's alone: destroy it with its loop and thread pool, so a
+            # stopped broker leaves no file descriptors or native threads behind.
+            hub, self._hub = self._hub, None
+            if hub is not None:
+                hub.destroy(destroy_loop=True)
             self._done.set()
 
     def _run(self, on_ready: Callable[[Broker], object] | None) -> None:
@@ -263,7 +334,9 @@ class Broker:
             )
         else:
             self.metadata = MetadataStore(None, cluster=settings.cluster_name)
-        self._broker_actor = BrokerActor.start(self.settings, self._storage, self.metadata)
+        self._broker_actor = BrokerActor.start(
+            self.settings, self._storage, self.metadata, self._dispatch_options
+        )
         if self._storage is not None:
             # Recover every stored topic now: torn tails are repaired and logged at start-up,
             # and retention knows every durable subscription before anyone acks.
@@ -279,14 +352,30 @@ class Broker:
             broker=self._broker_actor,
             event_loops=self._event_loops,
             advertised_url=lambda: self.service_url,
+            security=self.security,
         )
         self._server.start()
+        if self._tls_context is not None and self.settings.broker_service_port_tls >= 0:
+            self._tls_server = Server(
+                self.settings,
+                broker=self._broker_actor,
+                event_loops=self._event_loops,
+                advertised_url=lambda: self.service_url,
+                tls_context=self._tls_context,
+                advertised_url_tls=lambda: self.service_url_tls or "",
+                security=self.security,
+                limits_shared_with=self._server,
+            )
+            self._tls_server.start()
         if self.settings.web_service_enabled:
             context = AdminContext(
                 broker=self._broker_actor,
                 settings=self.settings,
                 metadata=self.metadata,
                 service_url=lambda: self.service_url,
+                service_url_tls=lambda: self.service_url_tls,
+                web_service_url_tls=lambda: self.web_service_url_tls,
+                security=self.security,
             )
             self._admin = AdminServer(
                 self.settings.host,
@@ -295,8 +384,16 @@ class Broker:
                 all_stats=self.stats,
                 cluster=self.settings.cluster_name,
                 context=context,
+                guards=[admin_guard(self.security)],
             )
             self._admin.start()
+            if self._tls_context is not None and self.settings.web_service_port_tls >= 0:
+                self._https = start_https(
+                    self.settings.host,
+                    self.settings.web_service_port_tls,
+                    self._admin.application,
+                    self._tls_context,
+                )
 
     def _close_idle_topics(self, interval: float) -> None:
         broker = self._broker_actor
@@ -305,10 +402,14 @@ class Broker:
             tell_quietly(broker, CloseIdleTopics())
 
     def _shutdown(self) -> None:
+        if self._https is not None:
+            self._https.stop(timeout=1.0)
         if self._idle_check is not None:
             self._idle_check.kill(block=False)
         if self._admin is not None:
             self._admin.stop()
+        if self._tls_server is not None:
+            self._tls_server.stop()
         if self._server is not None:
             self._server.stop()
         for ref in [self._broker_actor, *self._event_loops]:

@@ -1,4 +1,6 @@
-"""The ``brokerlet`` command: ``serve`` runs a broker, ``settings`` lists every setting."""
+"""The ``brokerlet`` command: ``serve`` runs a broker, ``settings`` lists every setting,
+``admin`` manages a broker through its admin API (:mod:`brokerlet.admin.cli`) and
+``tokens`` makes keys and tokens like ``pulsar tokens``."""
 
 from __future__ import annotations
 
@@ -14,33 +16,44 @@ import gevent
 from brokerlet.broker import Broker
 from brokerlet.config import SettingsError, add_arguments, describe_settings, settings_from_args
 from brokerlet.metadata import MetadataError
+from brokerlet.security.tokens_cli import add_tokens_parser, run_tokens
 from brokerlet.storage import StorageError
 
 __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["admin"]:
+        from brokerlet.admin.cli import main as admin_main  # noqa: PLC0415 -- its own parser
+
+        return admin_main(argv[1:])
     parser = argparse.ArgumentParser(prog="brokerlet", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("admin", help="pulsar-admin's verbs: brokerlet admin --help")
     serve = commands.add_parser("serve", help="run a broker until interrupted")
     add_arguments(serve)
     commands.add_parser("settings", help="list every setting with its alias and default")
+    add_tokens_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "tokens":
+        return run_tokens(args)
 
     if args.command == "settings":
         print(describe_settings())
         return 0
 
+    # Configured before settings load, so the Pulsar-config notice of ignored keys shows.
+    logging.basicConfig(format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    logging.getLogger("brokerlet").setLevel(logging.INFO)
     try:
         settings = settings_from_args(args, defaults={"storage": "disk"})
-        broker = Broker(settings)  # checks what spans settings (listener names)
+        logging.getLogger().setLevel(settings.log_level)
+        logging.getLogger("brokerlet").setLevel(settings.log_level)
+        broker = Broker(settings)  # checks what spans settings (listeners, security)
     except SettingsError as error:
         print(f"brokerlet: bad setting: {error}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-    )
 
     def stop() -> None:
         logging.getLogger("brokerlet").info("stopping")
@@ -56,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"brokerlet ready on {broker.service_url}", flush=True)
         if broker.web_service_url is not None:
             print(f"brokerlet stats on {broker.web_service_url}", flush=True)
+        for label, url in (("TLS", broker.service_url_tls), ("HTTPS", broker.web_service_url_tls)):
+            if url is not None:
+                print(f"brokerlet {label} on {url}", flush=True)
 
     try:
         broker.serve_forever(on_ready=ready)

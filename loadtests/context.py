@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import gevent.event
 
-from brokerlet.transport._client_connection import Connection
-from brokerlet.transport.client import Client
+from brokerlet.client import Client
+from brokerlet.client.connection import Connection
+from brokerlet.delivery import Ledger
 from loadtests.histograms import LatencyHistogram
-from loadtests.ledger import Ledger
 from loadtests.scenarios import Scenario
 
 if TYPE_CHECKING:
@@ -69,12 +69,16 @@ class RunContext:
         }
         self.loop_lag = LatencyHistogram()  # how late the generator's hub wakes up
         self.fire_request: Callable[..., Any] = _no_listener
+        # The users' delivery books (brokerlet.locust); the runner steers the run itself.
+        # Imported here: brokerlet.locust imports Locust, which only a run's process may.
+        from brokerlet.locust import DeliveryTracker  # noqa: PLC0415
+
+        self.tracker = DeliveryTracker(self.ledger, auto_verdict=False)
         # Steering: every user connected, publishing on, caught up after publishing.
         self.all_connected = gevent.event.Event()
         self.publishing = gevent.event.Event()
-        self.publishing_over = False
-        self.caught_up = gevent.event.Event()
-        self.finished = gevent.event.Event()  # the run is over; Locust stops the users next
+        self.caught_up = self.tracker.caught_up
+        self.finished = self.tracker.finished  # the run is over; Locust stops the users next
         self._connected = 0
         self._consumer_slots = iter(range(scenario.consumers))
         self.consumer_users: dict[int, ConsumerUser] = {}
@@ -88,13 +92,6 @@ class RunContext:
         self.reports: dict[str, object] = {}
 
     # -- connecting ----------------------------------------------------------------------
-
-    def new_client(self, so_rcvbuf: int = 0) -> Client:
-        """A client of its own for one user (one connection per user), closed by the runner."""
-        client = Client(self.service_url, operation_timeout_seconds=30,
-                        keep_alive_interval_seconds=0, so_rcvbuf=so_rcvbuf)
-        self.clients.append(client)
-        return client
 
     def claim_consumer_slot(self, user: ConsumerUser) -> tuple[int, str]:
         """A consumer user's slot number and subscription (slots fill subscriptions in turn)."""
@@ -111,17 +108,20 @@ class RunContext:
 
     # -- progress ------------------------------------------------------------------------
 
+    @property
+    def publishing_over(self) -> bool:
+        """Whether the publishing phase has ended."""
+        return self.tracker.publishing_over
+
     def stop_publishing(self) -> None:
         """End the publishing phase; producers stop after their current send."""
-        self.publishing_over = True
         self.publishing.clear()
         self.publishing_stopped = time.perf_counter()
-        self.check_caught_up()
+        self.tracker.stop_publishing()
 
     def check_caught_up(self) -> None:
         """Set :attr:`caught_up` once publishing is over and every subscription has it all."""
-        if self.publishing_over and self.ledger.caught_up():
-            self.caught_up.set()
+        self.tracker.check_caught_up()
 
 
 def _no_listener(**_kwargs: object) -> None:

@@ -40,7 +40,8 @@ from locust.stats import (
     stats_history,
 )
 
-from brokerlet.transport.client import Client, ConsumerType, InitialPosition, PulsarError
+from brokerlet.client import Client, ConsumerType, InitialPosition, PulsarError
+from brokerlet.locust import install_tracker
 from loadtests.brokers import BrokerProcess, make_broker
 from loadtests.context import RunContext, use_process_unique_consumer_ids
 from loadtests.controllers import (
@@ -118,7 +119,7 @@ def run(scenario: Scenario, options: RunOptions) -> int:
         return 2
     finally:
         if broker is not None:
-            broker.stop()
+            broker.close()
     _write_summary(options.output / "summary.json", summary)
     if not options.quiet:
         print(format_samples(summary["broker_stats_samples"]))
@@ -144,6 +145,7 @@ def _run_started(
     context = RunContext(scenario, service_url, topic, options.seed)
     environment = Environment(user_classes=user_classes(context), host=service_url)
     context.fire_request = environment.events.request.fire
+    install_tracker(environment, context.tracker)
     runner = environment.create_local_runner()
     csv_writer = StatsCSVFileWriter(environment, PERCENTILES_TO_REPORT,
                                     str(options.output / "locust"), full_history=True)

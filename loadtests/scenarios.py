@@ -37,7 +37,7 @@ class Scenario:
         rate: aggregate publish cap in messages per second; 0 publishes as fast as the
             producers' receipts allow (closed loop: saturation).
         inflight: messages each producer sends before waiting for their receipts.
-        message_size: payload bytes (the first 24 carry producer, key, sequence, timestamp).
+        message_size: payload bytes (brokerlet.locust tracks each message in a property).
         keys: size of the key space that random keys are drawn from.
         duration: seconds of publishing (after every user is connected).
         drain_timeout: seconds consumers get after publishing stops to receive the rest.

@@ -17,6 +17,7 @@ import pytest
 
 from brokerlet import Broker
 from brokerlet.actors._runtime import GeventActor, GeventFuture
+from tests.tlscerts import Pki, make_pki
 
 
 class EventLike(Protocol):
@@ -115,3 +116,9 @@ def client(broker: Broker) -> Iterator[pulsar.Client]:
 def topic(request: pytest.FixtureRequest) -> str:
     """A topic no other test uses."""
     return f"persistent://public/default/{request.node.name[:40]}-{next(_topic_numbers)}"
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA with broker and client certificates, made for this session (tests/tlscerts.py)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))

@@ -15,13 +15,12 @@ from typing import Any
 import gevent
 import pykka
 
-from brokerlet.actors.consumer import ConnectionHandle, Consumer
-from brokerlet.actors.dispatcher import (
+from brokerlet.actors._runtime import GreenletTimer
+from brokerlet.actors.dispatcher import Dispatcher
+from brokerlet.actors.messages import (
     AddConsumer,
     CancelRead,
-    Dispatcher,
     EntriesRead,
-    GreenletTimer,
     MarkDeleteMoved,
     ReadEntries,
     ReadIds,
@@ -29,8 +28,10 @@ from brokerlet.actors.dispatcher import (
     SendMessages,
     SubscriptionClosed,
 )
-from brokerlet.actors.keyshared import KeySharedMeta
 from brokerlet.config import Settings, load_settings
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
+from brokerlet.keyshared import KeySharedMeta
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.ledger import Entry
 from brokerlet.transport.channel import ChannelStatistics
@@ -136,7 +137,7 @@ class FakeEventLoopMixin:
         if isinstance(message, SendMessages):
             self.batches.append(message)
             if self.auto_complete:
-                message.on_complete()
+                message.completion.request()
         elif isinstance(message, Block):
             message.entered.set()
             message.release.wait(10)
@@ -194,6 +195,7 @@ class Harness:
     sub_type: int = pb.CommandSubscribe.Shared
     rate_limiters: list[Any] = field(default_factory=list)
     manual_timers: bool = False  # timers wait for fire_timers() instead of real time
+    options: DispatchOptions = DEFAULT_OPTIONS
 
     def __post_init__(self) -> None:
         base = self.actor_class
@@ -231,6 +233,7 @@ class Harness:
             read_position=0,
             settings=self.settings,
             rate_limiters=self.rate_limiters,
+            options=self.options,
         )
         self.proxy = self.dispatcher.proxy()
         self._ids = 0

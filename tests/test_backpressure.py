@@ -19,16 +19,17 @@ import gevent.event
 import pytest
 
 from brokerlet import Broker
-from brokerlet.actors import dispatcher as dispatcher_module
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.consumer import ConnectionHandle
-from brokerlet.actors.eventloop import EventLoopActor, WritabilityChanged
-from brokerlet.actors.ratelimit import DispatchRateLimiter
+from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.actors.messages import WritabilityChanged
 from brokerlet.config import load_settings
+from brokerlet.dispatch.consumer import ConnectionHandle
+from brokerlet.dispatch.options import DispatchOptions
+from brokerlet.dispatch.ratelimit import DispatchRateLimiter
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import pb
 from tests.dispatch_harness import Block, FakeChannel, Harness, Noop
-from tests.rawclient import RawClient
 
 
 class RecordingLoop(EventLoopActor):
@@ -217,7 +218,9 @@ def test_retry_timers_never_start_a_second_pending_read(backoff: tuple[int, int]
             "max_unacked_messages_per_consumer": 0,
         },
     )
-    h = Harness(GeventActor, settings=settings)
+    # Manual timers: the retry timers fire where the random walk says, and the quiet state
+    # at the end can fire every one still pending instead of sleeping on them.
+    h = Harness(GeventActor, settings=settings, manual_timers=True)
     rng = random.Random(7)
     try:
         consumers = [h.consumer(f"c{i}", 3) for i in range(3)]
@@ -236,14 +239,22 @@ def test_retry_timers_never_start_a_second_pending_read(backoff: tuple[int, int]
                 count = rng.randint(1, 4)
                 h.append(count)
                 total += count
-            gevent.sleep(rng.choice([0, 0, 0.001]))
+            else:
+                h.fire_timers()
+            if rng.random() < 0.5:
+                h.dispatcher.ask(Noop())  # let the dispatcher take what is queued so far
         for consumer in consumers:
             channel_of(consumer.connection).writable = True
             consumer.unblock()
             consumer.flow(total)
+        for _ in range(100):  # fire every retry timer still pending into the quiet state
+            h.settle()
+            if h.fire_timers() == 0:
+                break
+        else:
+            raise AssertionError("retry timers kept rearming with nothing to read")
         h.settle()
-        gevent.sleep(0.02)  # let any retry timer still pending fire into the quiet state
-        h.settle()
+        assert len(h.timers) >= 5, "the walk hardly armed a retry timer: nothing was tested"
         assert h.topic.proxy().overlapping_reads.get() == 0
         delivered = sorted(e for c in consumers for e in h.sent_to(c))
         assert delivered == list(range(total)), "every entry exactly once"
@@ -275,6 +286,31 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         time.sleep(0.005)  # polling the broker's stats from the test thread
 
 
+def settled_consumer_stats(
+    broker: Broker, topic: str, subscription: str, timeout: float = 10.0
+) -> dict[str, Any]:
+    """The consumer's stats once its subscription's dispatch has stopped moving.
+
+    Settled means two snapshots a poll apart show the same messages out and the same read
+    passes: the dispatcher has neither sent nor tried anything in between.
+    """
+    deadline = time.monotonic() + timeout
+    previous: tuple[int, int] | None = None
+    while True:
+        stats = broker.topic_stats(topic)
+        assert stats is not None
+        sub = stats["subscriptions"][subscription]
+        (consumer,) = sub["consumers"]
+        snapshot = (consumer["msgOutCounter"], sub["readPasses"])
+        if snapshot == previous:
+            result: dict[str, Any] = consumer
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"dispatch to {subscription} never settled: {snapshot}")
+        previous = snapshot
+        time.sleep(0.05)  # polling the broker's stats from the test thread
+
+
 def assert_http_stats_show_the_paused_consumer(broker: Broker) -> None:
     """What an operator sees: the same consumer over HTTP, and in Prometheus metrics."""
     base = broker.web_service_url
@@ -296,51 +332,78 @@ def assert_http_stats_show_the_paused_consumer(broker: Broker) -> None:
     assert writable[0].rstrip().endswith(" 0.0"), writable
 
 
+@pytest.mark.parametrize("transport", ["plain", "tls"])
 @pytest.mark.parametrize("gated", [True, False], ids=["gated", "ungated"])
 def test_a_paused_consumer_socket_stops_dispatch_and_resuming_delivers_everything(
-    gated: bool, monkeypatch: pytest.MonkeyPatch
+    gated: bool, transport: str, pki: Any
 ) -> None:
-    """Pulsar's diagnostic as a test. Ungated, the broker feeds the paused socket until the
-    permits run out; that variant proves the assertions can fail."""
-    monkeypatch.setattr(dispatcher_module, "WRITABILITY_GATING", gated)
+    """Pulsar's diagnostic as a test. Ungated (and reading again after every dispatch, as
+    Pulsar does), the broker feeds the paused socket until the permits run out; that variant
+    proves the assertions can fail. The consumer grants its permits once everything is
+    stored, so the first read is a full batch, more than the socket buffers hold: the flip to
+    unwritable is certain, whatever the timing. Over TLS the channel takes its joined-buffer
+    path (no sendmsg on SSL sockets) with the same watermarks."""
     topic = "persistent://public/default/paused-socket"
-    with (
-        Broker(port=0, so_sndbuf=16384) as broker,
-        RawClient(broker.address, timeout=10) as producer,
-        RawClient(broker.address, timeout=10, rcvbuf=16384) as consumer,
-    ):
-        producer.handshake()
-        producer.create_producer(topic, 1)
-        consumer.handshake()
-        consumer.subscribe(topic, "s", 1, sub_type=pb.CommandSubscribe.Shared)
-        consumer.flow(1, PERMITS)  # then never read until resumed
-        payload = b"p" * SIZE
-        for sequence_id in range(MESSAGES):
-            producer.send_raw(producer.send_frame(1, sequence_id, payload))
-        for _ in range(MESSAGES):
-            producer.expect(pb.BaseCommand.SEND_RECEIPT)
+    options = (
+        DispatchOptions()
+        if gated
+        else DispatchOptions(writability_gating=False, read_after_dispatch=True)
+    )
+    tls: dict[str, Any] = {}
+    if transport == "tls":
+        tls = {
+            "broker_service_port_tls": 0,
+            "tls_certificate_file_path": pki.broker.cert,
+            "tls_key_file_path": pki.broker.key,
+        }
+    with Broker(port=0, so_sndbuf=16384, dispatch_options=options, **tls) as broker:
+        address = broker.address
+        context = None
+        if transport == "tls":
+            assert broker.service_url_tls is not None
+            address = (address[0], int(broker.service_url_tls.rsplit(":", 1)[1]))
+            context = pki.client_context()
+        with (
+            RawClient(address, timeout=10, tls=context) as producer,
+            RawClient(address, timeout=10, rcvbuf=16384, tls=context) as consumer,
+        ):
+            run_paused_consumer(broker, producer, consumer, topic, gated)
 
-        wait_until(lambda: not consumer_stats(broker, topic, "s")["writable"])
-        at_flip = consumer_stats(broker, topic, "s")
-        # The observation window: the broker gets every chance to keep feeding.
-        time.sleep(0.5)
-        held = consumer_stats(broker, topic, "s")
-        consumed = PERMITS - held["availablePermits"]
-        assert not held["writable"]
-        assert held["writabilityChanges"] >= 1
-        assert_http_stats_show_the_paused_consumer(broker)
-        high = broker.settings.high_watermark
-        bounded = (
-            consumed <= at_flip["msgOutCounter"] + READ_BATCH
-            and consumed < MESSAGES
-            and held["pendingOutboundBytes"] <= high + READ_BATCH * (SIZE + 200)
-        )
-        assert bounded is gated, (consumed, held["pendingOutboundBytes"])
 
-        # Resume reading: only the writable event can deliver the rest.
-        received = consumer.receive(1, MESSAGES, timeout=20)
-        assert [m.sequence_id for m in received] == list(range(MESSAGES))
-        assert all(m.payload == payload for m in received)
+def run_paused_consumer(
+    broker: Broker, producer: RawClient, consumer: RawClient, topic: str, gated: bool
+) -> None:
+    producer.handshake()
+    producer.create_producer(topic, 1)
+    consumer.handshake()
+    consumer.subscribe(topic, "s", 1, sub_type=pb.CommandSubscribe.Shared)
+    payload = b"p" * SIZE
+    for sequence_id in range(MESSAGES):
+        producer.send_raw(producer.send_frame(1, sequence_id, payload))
+    for _ in range(MESSAGES):
+        producer.expect(pb.BaseCommand.SEND_RECEIPT)
+    consumer.flow(1, PERMITS)  # then never read until resumed
+
+    wait_until(lambda: not consumer_stats(broker, topic, "s")["writable"])
+    at_flip = consumer_stats(broker, topic, "s")
+    # The broker gets every chance to keep feeding: wait until dispatch to it settles.
+    held = settled_consumer_stats(broker, topic, "s")
+    consumed = PERMITS - held["availablePermits"]
+    assert not held["writable"]
+    assert held["writabilityChanges"] >= 1
+    assert_http_stats_show_the_paused_consumer(broker)
+    high = broker.settings.high_watermark
+    bounded = (
+        consumed <= at_flip["msgOutCounter"] + READ_BATCH
+        and consumed < MESSAGES
+        and held["pendingOutboundBytes"] <= high + READ_BATCH * (SIZE + 200)
+    )
+    assert bounded is gated, (consumed, held["pendingOutboundBytes"])
+
+    # Resume reading: only the writable event can deliver the rest.
+    received = consumer.receive(1, MESSAGES, timeout=20)
+    assert [m.sequence_id for m in received] == list(range(MESSAGES))
+    assert all(m.payload == payload for m in received)
 
 
 def test_failed_reads_back_off_exponentially_then_the_read_size_grows_back() -> None:

@@ -1,8 +1,9 @@
 """Bad peers must not break topics (issue 10): one regression test per bug found by fuzzing.
 
-Each test reproduces one bug deterministically on raw connections (tests/rawclient.py), then
-shows the topic still serves a well-behaved client. Waits are bounded; nothing sleeps to
-synchronise except where a test needs a peer that is slow on purpose.
+Each test reproduces one bug deterministically on raw connections
+(:mod:`brokerlet.testing.rawclient`), then shows the topic still serves a well-behaved
+client. Waits are bounded; nothing sleeps to synchronise except where a test needs a peer
+that is slow on purpose.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from typing import Any
 
 import pytest
 from google.protobuf import unknown_fields
-from rawclient import ConnectionClosed, RawClient, make_entry
 
 from brokerlet import Broker
-from brokerlet.actors.broker import CloseIdleTopics
-from brokerlet.actors.keyshared import NO_KEY_HASH, KeySharedMeta, KeySharedRules
+from brokerlet.actors.messages import CloseIdleTopics
 from brokerlet.actors.supervision import restarts
 from brokerlet.config import Settings
+from brokerlet.dispatch.key_shared import NO_KEY_HASH, KeySharedRules
+from brokerlet.keyshared import KeySharedMeta
 from brokerlet.storage.ledger import Entry
+from brokerlet.testing.rawclient import ConnectionClosed, RawClient, make_entry
 from brokerlet.transport.protocol import (
     FrameDecoder,
     crc32c,

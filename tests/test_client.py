@@ -24,12 +24,7 @@ import gevent.socket
 import pytest
 
 from brokerlet import Broker
-from brokerlet.transport._client_types import (
-    java_string_hash,
-    normalize_topic,
-    parse_service_url,
-)
-from brokerlet.transport.client import (
+from brokerlet.client import (
     AlreadyClosed,
     Client,
     ConnectError,
@@ -45,6 +40,11 @@ from brokerlet.transport.client import (
     PulsarError,
     Timeout,
     TopicNotFound,
+)
+from brokerlet.client.types import (
+    java_string_hash,
+    normalize_topic,
+    parse_service_url,
 )
 from brokerlet.transport.protocol import (
     FrameDecoder,
@@ -632,7 +632,8 @@ def test_a_waiting_receive_wakes_for_a_message(client: Client, topic: str) -> No
     consumer = client.subscribe(topic, "sub")
     producer = client.create_producer(topic)
     waiting = gevent.spawn(consumer.receive, int(WAIT * 1000))
-    gevent.sleep(0)  # let it start waiting first
+    gevent.idle()  # every ready greenlet has run: the receive is now waiting
+    assert not waiting.ready()
 
     producer.send(b"wake up")
 
@@ -856,10 +857,11 @@ def test_a_full_pending_queue_blocks_until_there_is_room(scripted: list[Scripted
         events: list[str] = []
         producer.send_async(b"1", lambda error, mid: events.append(f"1 {type(error).__name__}"))
         blocked = gevent.spawn(producer.send_async, b"2", lambda error, mid: None)
-        gevent.sleep(0)  # let it run into the full queue
+        gevent.idle()  # every ready greenlet has run: the send is now at the full queue
 
         assert not blocked.ready()
         blocked.join(timeout=WAIT)
+        assert blocked.ready(), "the blocked send was never admitted"
         events.append("2 admitted")
         assert events == ["1 Timeout", "2 admitted"]
         assert blocked.successful()
@@ -918,17 +920,7 @@ def test_consumer_resubscribes_after_losing_its_connection(
         if len(endpoint.commands(T.FLOW)) == 1:
             sock.shutdown(gevent.socket.SHUT_RDWR)  # drop the first connection
             return
-        entry = build_entry(
-            pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"pushed"
-        )
-        message = T(
-            type=T.MESSAGE,
-            message=pb.CommandMessage(
-                consumer_id=command.flow.consumer_id,
-                message_id=pb.MessageIdData(ledger_id=3, entry_id=4),
-            ),
-        )
-        sock.sendall(encode_payload_command(message, entry, checksum=crc32c(entry)))
+        push_message(sock, command.flow.consumer_id)
 
     endpoint = self_serving(scripted, {T.SUBSCRIBE: subscribe, T.FLOW: flow})
     client = Client(endpoint.url, operation_timeout_seconds=WAIT)
@@ -952,14 +944,18 @@ def subscribe_then_push(endpoint: ScriptedBroker, sock: Any, command: pb.BaseCom
     send(
         sock, T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=command.subscribe.request_id))
     )
+    push_message(sock, command.subscribe.consumer_id)
+
+
+def push_message(sock: Any, consumer_id: int) -> None:
+    """Send ``consumer_id`` one MESSAGE, b"pushed" at 3:4."""
     entry = build_entry(
         pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"pushed"
     )
     message = T(
         type=T.MESSAGE,
         message=pb.CommandMessage(
-            consumer_id=command.subscribe.consumer_id,
-            message_id=pb.MessageIdData(ledger_id=3, entry_id=4),
+            consumer_id=consumer_id, message_id=pb.MessageIdData(ledger_id=3, entry_id=4)
         ),
     )
     sock.sendall(encode_payload_command(message, entry, checksum=crc32c(entry)))

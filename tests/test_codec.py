@@ -225,6 +225,22 @@ SAMPLES: list[pb.BaseCommand] = [
             request_id=3, topics=["persistent://public/default/a"], filtered=True, topics_hash="ab"
         ),
     ),
+    T(
+        type=T.AUTH_CHALLENGE,
+        auth_challenge=pb.CommandAuthChallenge(
+            server_version="brokerlet",
+            challenge=pb.AuthData(auth_method_name="token", auth_data=b"PulsarAuthRefresh"),
+            protocol_version=20,
+        ),
+    ),
+    T(
+        type=T.AUTH_RESPONSE,
+        auth_response=pb.CommandAuthResponse(
+            client_version="Pulsar-CPP-v4.2.0",
+            response=pb.AuthData(auth_method_name="token", auth_data=b"eyJ..."),
+            protocol_version=20,
+        ),
+    ),
 ]
 
 _PAYLOAD_TYPES = {T.SEND, T.MESSAGE}

@@ -24,6 +24,7 @@ from brokerlet.compaction.runner import run_compaction
 from brokerlet.compaction.view import VIEW_FILE, CompactedView, CorruptViewError, load_view
 from brokerlet.storage import DiskStorage, Entry, MemoryLedger, NewEntry
 from brokerlet.storage._io import FileOps
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import (
     build_entry,
     crc32c,
@@ -33,7 +34,6 @@ from brokerlet.transport.protocol import (
     unpack_entry,
 )
 from tests.datarules import admin, broker_factory, client_for, drain, poll, stats
-from tests.rawclient import RawClient
 
 make_broker = pytest.fixture(params=["memory", "disk"])(broker_factory)
 

@@ -269,7 +269,7 @@ def test_a_bad_flag_value_names_the_flag() -> None:
         ({"log_level": "TRACE"},
          "log_level = 'TRACE': must be one of 'DEBUG', 'INFO', 'WARNING', 'ERROR'"),
         ({"advertised_url": "http://x:6650"},
-         "advertised_url = 'http://x:6650': must be '' or a URL starting with pulsar://"),
+         "advertised_url = 'http://x:6650': must be '' or a URL starting with pulsar:// or pulsar+ssl://"),
         # an alias is named as given
         ({"dispatcherMaxReadBatchSize": 0},
          "dispatcher_max_read_batch_size = 0: must be an integer >= 1 "

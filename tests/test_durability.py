@@ -7,9 +7,6 @@ import errno
 import logging
 import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -20,8 +17,10 @@ import pytest
 
 from brokerlet import Broker
 from brokerlet.storage import FileOps, StorageError
+from brokerlet.storage._cursors import load_cursors
+from brokerlet.testing.process import BrokerletProcess
+from brokerlet.testing.rawclient import ConnectionClosed, RawClient
 from brokerlet.transport.protocol import pb
-from tests.rawclient import ConnectionClosed, RawClient
 
 TOPIC = "persistent://public/default/durable"
 T = pb.BaseCommand
@@ -70,33 +69,9 @@ def test_restart_redelivers_unacked_keeps_acked_and_continues_ids(tmp_path: Path
         client.close()
 
 
-def start_broker_process(data_dir: Path) -> tuple[subprocess.Popen[str], tuple[str, int]]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "brokerlet",
-            "serve",
-            "--port",
-            "0",
-            "--data-dir",
-            str(data_dir),
-            "--web-service-enabled",
-            "false",
-            "--log-level",
-            "WARNING",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()  # "brokerlet ready on pulsar://127.0.0.1:<port>"
-    assert "ready on pulsar://" in line, line
-    host, port = line.rsplit("//", 1)[1].strip().split(":")
-    return process, (host, int(port))
-
-
-def produce_until_closed(address: tuple[str, int], producer: int, receipted: list[bytes]) -> None:
+def produce_until_closed(
+    address: tuple[str, int], producer: int, receipted: list[bytes], progress: threading.Event
+) -> None:
     """Send messages one after another; record each payload whose SEND_RECEIPT came back."""
     try:
         with RawClient(address, timeout=5) as client:
@@ -106,68 +81,91 @@ def produce_until_closed(address: tuple[str, int], producer: int, receipted: lis
                 payload = f"p{producer}-{sequence}".encode()
                 client.produce(1, sequence, payload)
                 receipted.append(payload)
+                progress.set()
     except (ConnectionClosed, OSError, TimeoutError):
         return
 
 
-def test_sigkill_loses_no_receipted_message(tmp_path: Path) -> None:
-    process, address = start_broker_process(tmp_path)
-    try:
-        with RawClient(address, timeout=5) as consumer:
+def saved_cursor(data_dir: Path, subscription: str) -> tuple[int, set[int]] | None:
+    """``(mark_delete, acked ids)`` of ``subscription`` as the cursors file on disk holds it."""
+    for path in data_dir.glob("topics/*/cursors"):
+        state = load_cursors(str(path), TOPIC).get(subscription)
+        if state is not None:
+            return state[0], set(state[1])
+    return None
+
+
+def test_sigkill_loses_no_receipted_message_nor_redoes_a_saved_ack(tmp_path: Path) -> None:
+    # The kill comes after a seeded number of receipts, under sustained production.
+    seed = int(os.environ.get("BROKERLET_CRASH_SEED", random.randrange(1 << 30)))
+    print(f"sigkill seed {seed} (rerun with BROKERLET_CRASH_SEED={seed})")
+    kill_after = random.Random(seed).randint(400, 3_000)
+    receipted: list[list[bytes]] = [[] for _ in range(4)]
+    acked_before: dict[int, bytes] = {}  # entry id -> payload
+    with BrokerletProcess(data_dir=tmp_path) as broker:
+        broker.start()
+        with RawClient(broker.address, timeout=5) as consumer:
             consumer.handshake()
             consumer.subscribe(TOPIC, "sub", 1, sub_type=pb.CommandSubscribe.Shared)
-        receipted: list[list[bytes]] = [[] for _ in range(4)]
+        progress = threading.Event()
         producers = [
-            threading.Thread(target=produce_until_closed, args=(address, i, receipted[i]))
+            threading.Thread(
+                target=produce_until_closed, args=(broker.address, i, receipted[i], progress)
+            )
             for i in range(4)
         ]
         for thread in producers:
             thread.start()
         # Consume and ack part of it while production goes on.
-        acked_before: set[bytes] = set()
-        with RawClient(address, timeout=5) as consumer:
+        with RawClient(broker.address, timeout=5) as consumer:
             consumer.handshake()
             consumer.subscribe(TOPIC, "sub", 1, sub_type=pb.CommandSubscribe.Shared)
             consumer.flow(1, 200)
             for message in consumer.receive(1, 200):
                 consumer.ack(1, [message.entry_id], ledger_id=message.ledger_id)
-                acked_before.add(message.payload)
+                acked_before[message.entry_id] = message.payload
             consumer.ping()  # the acks reached the broker before this PONG
-        time.sleep(random.uniform(0.05, 0.3))  # a random moment under sustained production
-        process.send_signal(signal.SIGKILL)
-        process.wait(5)
+        # Wait until the acks are on disk (cursor_flush_ms after them): those must hold.
+        deadline = time.monotonic() + 10
+        while True:
+            saved = saved_cursor(tmp_path, "sub")
+            if saved is not None and all(
+                entry <= saved[0] or entry in saved[1] for entry in acked_before
+            ):
+                break
+            assert time.monotonic() < deadline, f"acks never reached the cursors file: {saved}"
+            progress.clear()
+            progress.wait(0.05)  # bounded poll of the file, woken by production
+        while sum(map(len, receipted)) < kill_after:
+            progress.clear()
+            assert progress.wait(10), f"production stalled before {kill_after} receipts"
+        broker.kill()
         for thread in producers:
             thread.join(10)
-    finally:
-        if process.poll() is None:
-            process.kill()
+            assert not thread.is_alive(), "a producer did not notice the broker died"
     expected = {payload for per_producer in receipted for payload in per_producer}
-    assert len(expected) > 200
+    assert len(expected) >= kill_after
 
-    process, address = start_broker_process(tmp_path)
-    try:
-        delivered: list[bytes] = []
-        with RawClient(address, timeout=5) as consumer:
+    delivered: list[bytes] = []
+    with BrokerletProcess(data_dir=tmp_path) as broker:
+        broker.start()
+        with RawClient(broker.address, timeout=5) as consumer:
             consumer.handshake()
             consumer.subscribe(TOPIC, "sub", 1, sub_type=pb.CommandSubscribe.Shared)
             consumer.flow(1, 1_000_000)
-            try:
+            with contextlib.suppress(TimeoutError):  # one quiet second: the backlog is out
                 while True:
-                    for message in consumer.receive(1, 1, timeout=1.0):
-                        delivered.append(message.payload)
-            except TimeoutError:
-                pass
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(10)
-    assert expected <= set(delivered) | acked_before, "a receipted message was lost"
-    twice = acked_before & set(delivered)
+                    delivered.extend(m.payload for m in consumer.receive(1, 1, timeout=1.0))
+        assert broker.stop() == 0
+    acked = set(acked_before.values())
+    assert expected <= set(delivered) | acked, f"a receipted message was lost (seed {seed})"
+    twice = acked & set(delivered)
     print(
-        f"receipted {len(expected)}, acked before the crash {len(acked_before)}, "
+        f"receipted {len(expected)}, acked before the crash {len(acked)}, "
         f"delivered again after restart {len(twice)}"
     )
-    # The cursor is saved every cursor_flush_ms: only acks newer than that may be redone.
-    assert len(twice) <= len(acked_before)
+    # Every one of those acks was in the cursors file before the kill: none may come back.
+    assert not twice, f"{len(twice)} saved acks were redone (seed {seed})"
     assert len(delivered) == len(set(delivered)), "no duplicates within one run"
 
 
@@ -251,6 +249,23 @@ def topic_bytes(data_dir: Path) -> int:
     return total
 
 
+def store_then_ack_all(client: RawClient, payloads: list[bytes], data_dir: Path) -> int:
+    """Store ``payloads``, then receive and ack them all on consumer 1.
+
+    Returns:
+        The topic's bytes on disk before the acks.
+    """
+    client.create_producer(TOPIC, 1)
+    for sequence, data in enumerate(payloads):
+        client.produce(1, sequence, data)
+    before = topic_bytes(data_dir)
+    client.flow(1, len(payloads))
+    received = client.receive(1, len(payloads))
+    client.ack(1, [m.entry_id for m in received], ledger_id=received[0].ledger_id)
+    client.ping()  # the acks reached the broker before this PONG
+    return before
+
+
 def test_retention_frees_disk_once_every_subscription_acked(tmp_path: Path) -> None:
     with (
         disk_broker(tmp_path, segment_bytes=16384) as broker,
@@ -258,14 +273,7 @@ def test_retention_frees_disk_once_every_subscription_acked(tmp_path: Path) -> N
     ):
         client.handshake()
         client.subscribe(TOPIC, "only", 1)
-        client.create_producer(TOPIC, 1)
-        for sequence in range(200):
-            client.produce(1, sequence, b"x" * 1024)
-        before = topic_bytes(tmp_path)
-        client.flow(1, 200)
-        received = client.receive(1, 200)
-        client.ack(1, [m.entry_id for m in received], ledger_id=received[0].ledger_id)
-        client.ping()
+        before = store_then_ack_all(client, [b"x" * 1024] * 200, tmp_path)
         deadline = time.monotonic() + 5
         while topic_bytes(tmp_path) > before // 4 and time.monotonic() < deadline:
             time.sleep(0.02)  # segments are deleted on the storage thread
@@ -279,3 +287,25 @@ def test_an_incompatible_data_directory_stops_start_up_clearly(tmp_path: Path) -
     broker = disk_broker(tmp_path)
     with pytest.raises(StorageError, match=r"(?i)format|version"):
         broker.start()
+
+
+def test_a_lagging_subscription_keeps_its_segments(tmp_path: Path) -> None:
+    # Retention trims only below the slowest durable cursor: "fast" acking everything must
+    # not free what "slow" has not read.
+    with (
+        disk_broker(tmp_path, segment_bytes=16384) as broker,
+        RawClient(broker.address) as client,
+    ):
+        client.handshake()
+        client.subscribe(TOPIC, "fast", 1)
+        client.subscribe(TOPIC, "slow", 2)
+        payloads = [f"{i:04}".encode() * 256 for i in range(200)]
+        before = store_then_ack_all(client, payloads, tmp_path)
+        # The fast cursor reaching disk is when retention would run for it.
+        deadline = time.monotonic() + 5
+        while (saved_cursor(tmp_path, "fast") or (-1, set()))[0] < len(payloads) - 1:
+            assert time.monotonic() < deadline, "the fast subscription's acks never saved"
+            client.ping()  # a round trip per poll, not a sleep
+        assert topic_bytes(tmp_path) >= before, "segments the slow subscription needs went"
+        client.flow(2, 200)
+        assert [m.payload for m in client.receive(2, 200)] == payloads

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import brokerlet
-from brokerlet.transport import client
+from brokerlet import client
 
 
 def test_the_top_level_exports_exactly_its_public_api() -> None:

@@ -2,7 +2,7 @@
 
 A few thousand seeded inputs of every category in tests/fuzz.py against a broker with disk
 storage: no actor may fail, every topic used stays usable, the witness loses nothing and no
-file descriptor is left open.
+connection socket is left open.
 """
 
 from __future__ import annotations

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 
 import pulsar
 import pytest
@@ -102,7 +104,7 @@ def test_sticky_rejects_overlapping_ranges(client: pulsar.Client, topic: str) ->
         key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[(0, 40000)]
     )
     key_shared(client, topic, "first", key_shared_policy=policy)
-    with pytest.raises(pulsar.PulsarException):
+    with pytest.raises(pulsar.ConsumerAssignError):
         key_shared(client, topic, "second", key_shared_policy=policy)
 
 
@@ -123,6 +125,63 @@ def test_ordering_key_beats_partition_key(client: pulsar.Client, topic: str) -> 
     assert got[1] == []
 
 
+@dataclass
+class Delivery:
+    """One message as a consumer thread saw it; times are ``time.monotonic()``."""
+
+    consumer: str
+    key: str
+    entry: tuple[int, int]  # (ledger, entry): the topic's order, which is each key's order
+    received: float
+    acked: float = math.inf
+
+
+def exclusivity_violations(deliveries: list[Delivery], closed: dict[str, float]) -> list[str]:
+    """Deliveries of a key to a consumer while another still had an earlier one of it.
+
+    A key may move from A to B only once A has acked (or, by closing, given back) every
+    message of that key it was sent. The check runs on the whole record after the fact,
+    so it also sees messages the broker sent A that were still waiting in A's receiver
+    queue when B received the key: A receives and acks those only later.
+    """
+    by_key: dict[str, list[Delivery]] = defaultdict(list)
+    for delivery in deliveries:
+        by_key[delivery.key].append(delivery)
+    found = []
+    for key, group in by_key.items():
+        group.sort(key=lambda d: d.entry)
+        for index, later in enumerate(group):
+            for earlier in group[:index]:
+                if earlier.consumer == later.consumer or earlier.entry == later.entry:
+                    continue
+                released = min(earlier.acked, closed.get(earlier.consumer, math.inf))
+                if released > later.received:
+                    found.append(
+                        f"{key}: {later.entry} at {later.consumer} while {earlier.consumer} "
+                        f"still held {earlier.entry}"
+                    )
+    return found
+
+
+def test_the_exclusivity_check_sees_keys_waiting_in_a_receiver_queue() -> None:
+    # A was sent k's entry 1 but received it (from its queue) only after B got entry 2.
+    waiting = [
+        Delivery("A", "k", (1, 1), received=5.0, acked=6.0),
+        Delivery("B", "k", (1, 2), received=4.0, acked=4.5),
+    ]
+    assert exclusivity_violations(waiting, {}) != []
+    handed_over = [
+        Delivery("A", "k", (1, 1), received=1.0, acked=2.0),
+        Delivery("B", "k", (1, 2), received=3.0, acked=4.0),
+    ]
+    assert exclusivity_violations(handed_over, {}) == []
+    closed_first = [
+        Delivery("A", "k", (1, 1), received=1.0),
+        Delivery("B", "k", (1, 2), received=3.0, acked=4.0),
+    ]
+    assert exclusivity_violations(closed_first, {"A": 2.0}) == []
+
+
 def test_churn_keeps_keys_exclusive_ordered_and_complete(
     broker: Broker, client: pulsar.Client, topic: str
 ) -> None:
@@ -132,8 +191,10 @@ def test_churn_keeps_keys_exclusive_ordered_and_complete(
     per_producer = 150
     total = len(producers) * per_producer
     lock = threading.Lock()
-    holders: dict[str, tuple[str, int]] = {}  # key -> (consumer, messages held unacked)
-    violations: list[str] = []
+    progress = threading.Condition(lock)
+    deliveries: list[Delivery] = []
+    closed: dict[str, float] = {}  # consumer -> when it started closing
+    order_violations: list[str] = []
     seen: dict[tuple[int, int], int] = defaultdict(int)  # (producer, n) -> deliveries
     last: dict[tuple[str, int], int] = {}  # (key, producer) -> last n seen first-time
     redeliveries = 0
@@ -141,37 +202,32 @@ def test_churn_keeps_keys_exclusive_ordered_and_complete(
 
     def consume(consumer: pulsar.Consumer, name: str, quit_event: threading.Event) -> None:
         nonlocal redeliveries
-        held: list[str] = []
         while not stop.is_set() and not quit_event.is_set():
             try:
                 message = consumer.receive(20)
             except pulsar.Timeout:
                 continue
+            received = time.monotonic()
             key = message.partition_key()
             producer_index, n = map(int, message.data().split(b":"))
+            message_id = message.message_id()
+            entry = (message_id.ledger_id(), message_id.entry_id())
+            delivery = Delivery(name, key, entry, received)
             with lock:
-                owner = holders.get(key)
-                if owner is not None and owner[0] != name:
-                    violations.append(f"{key} at {name} while {owner[0]} holds it")
-                holders[key] = (name, (owner[1] if owner else 0) + 1)
+                deliveries.append(delivery)
                 seen[(producer_index, n)] += 1
                 if message.redelivery_count() > 0:
                     redeliveries += 1
                 elif seen[(producer_index, n)] == 1:
                     previous = last.get((key, producer_index), -1)
                     if n < previous:
-                        violations.append(f"{key} from p{producer_index}: {n} after {previous}")
+                        order_violations.append(
+                            f"{key} from p{producer_index}: {n} after {previous}"
+                        )
                     last[(key, producer_index)] = n
-            held.append(key)
+                progress.notify_all()
             time.sleep(0.001)  # slow consumers: receiver queues stay full, keys held a while
-            with lock:
-                for k in held:
-                    name_held, count = holders[k]
-                    if count <= 1:
-                        del holders[k]
-                    else:
-                        holders[k] = (name_held, count - 1)
-                held.clear()
+            delivery.acked = time.monotonic()  # before the ack leaves, so before any hand-over
             consumer.acknowledge(message)
 
     def run(name: str, quit_event: threading.Event) -> threading.Thread:
@@ -181,11 +237,18 @@ def test_churn_keeps_keys_exclusive_ordered_and_complete(
             try:
                 consume(consumer, name, quit_event)
             finally:
+                with lock:
+                    closed[name] = time.monotonic()
                 consumer.close()
 
         thread = threading.Thread(target=body, daemon=True)
         thread.start()
         return thread
+
+    def wait_for_deliveries(count: int) -> None:
+        with progress:
+            reached = progress.wait_for(lambda: len(seen) >= count, timeout=20)
+            assert reached, f"only {len(seen)} of {count} messages delivered"
 
     stable = [run(f"stable-{i}", threading.Event()) for i in range(2)]
     rng = random.Random(3)
@@ -201,26 +264,25 @@ def test_churn_keeps_keys_exclusive_ordered_and_complete(
     sender = threading.Thread(target=send_all, daemon=True)
     sender.start()
     churners = []
-    for round_ in range(6):  # consumers join and leave while producers run
+    for round_ in range(6):  # consumers join and leave while messages flow
         quit_event = threading.Event()
         churners.append((run(f"churn-{round_}", quit_event), quit_event))
-        time.sleep(0.15)
+        wait_for_deliveries(total * (round_ + 1) // 8)
         if round_ % 2:
             thread, event = churners.pop(0)
             event.set()
             thread.join(5)
+            assert not thread.is_alive(), "a leaving consumer did not close"
     sender.join(30)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with lock:
-            if len(seen) == total:
-                break
-        time.sleep(0.02)
+    assert not sender.is_alive(), "the producers did not finish sending"
+    wait_for_deliveries(total)
     stats = broker.topic_stats(topic)
     stop.set()
     for thread in stable + [t for t, _ in churners]:
         thread.join(5)
-    assert violations == []
+        assert not thread.is_alive(), "a consumer thread did not end"
+    assert order_violations == []
+    assert exclusivity_violations(deliveries, closed) == []
     assert len(seen) == total, f"every message delivered; {stats}"
     duplicates = sum(count - 1 for count in seen.values())
     assert duplicates <= redeliveries, "duplicates only as redeliveries"

@@ -3,7 +3,7 @@
 Locust monkey-patches the process it is imported into, so it is never imported here: each
 smoke run is a ``python -m loadtests run <scenario> --smoke`` subprocess that starts its own
 broker, and the test checks the exit code and the ``summary.json`` it wrote. The pure parts
-(ledger, payload, scenarios, stats parsing, profile reading, comparison table) are tested
+(ledger, scenarios, stats parsing, profile reading, comparison table) are tested
 directly.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from loadtests import compare, payload, profile, report
+from brokerlet.delivery.ledger import Ledger
+from loadtests import compare, profile, report
 from loadtests.brokers import normalize_stats, stats_from_prometheus
-from loadtests.ledger import Ledger
 from loadtests.scenarios import SCENARIOS, get_scenario
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -110,14 +110,7 @@ def test_ledger_fails_a_run_that_published_nothing() -> None:
     assert Ledger(["a"], ordered=False).verdict().violations == ["nothing was published"]
 
 
-# -- payload, scenarios ----------------------------------------------------------------------
-
-
-def test_payload_round_trip_and_size() -> None:
-    body = payload.pack(producer=3, key=999, sequence=2**40, sent_ns=-5, size=128)
-    assert len(body) == 128
-    assert payload.unpack(body) == (3, 999, 2**40, -5)
-    assert len(payload.pack(1, 1, 1, 1, size=4)) == payload.HEADER_SIZE
+# -- scenarios -------------------------------------------------------------------------------
 
 
 def test_every_scenario_has_a_smoke_version_and_fits_its_pause() -> None:
@@ -266,7 +259,7 @@ def test_comparison_table_shows_ratios_failures_and_targets() -> None:
 
 def test_importing_the_load_tests_does_not_import_locust() -> None:
     code = (
-        "import sys, loadtests.cli, loadtests.compare, loadtests.ledger, loadtests.report; "
+        "import sys, loadtests.cli, loadtests.compare, brokerlet.delivery, loadtests.report; "
         "sys.exit('locust' in sys.modules)"
     )
     assert (

@@ -97,7 +97,23 @@ def test_shared_two_consumers_get_disjoint_sets_covering_everything(
     assert all(nothing_more(c, 100) for c in consumers)
 
 
-def test_batched_producer_entries_carry_batch_indexes(client: pulsar.Client, topic: str) -> None:
+def wait_for_subscription(
+    broker: Broker, topic: str, subscription: str, **expected: int
+) -> dict[str, object]:
+    """Poll the stats until ``subscription`` shows ``expected``; fail saying what it shows."""
+    deadline = time.monotonic() + 10
+    while True:
+        stats = broker.topic_stats(topic)
+        sub = (stats or {}).get("subscriptions", {}).get(subscription)
+        if sub is not None and all(sub.get(name) == value for name, value in expected.items()):
+            return dict(sub)
+        assert time.monotonic() < deadline, f"{subscription} never showed {expected}: {sub}"
+        time.sleep(0.02)  # bounded poll of the stats snapshot
+
+
+def test_batched_producer_entries_carry_batch_indexes(
+    broker: Broker, client: pulsar.Client, topic: str
+) -> None:
     consumer = client.subscribe(topic, "sub")
     producer = client.create_producer(
         topic, batching_enabled=True, batching_max_messages=5, batching_max_publish_delay_ms=1000
@@ -111,14 +127,14 @@ def test_batched_producer_entries_carry_batch_indexes(client: pulsar.Client, top
     ids = [m.message_id() for m in messages]
     assert [i.batch_index() for i in ids] == [0, 1, 2, 3, 4] * 2
     assert len({i.entry_id() for i in ids}) == 2
-    for message in messages:
+    wait_for_subscription(broker, topic, "sub", msgBacklog=2)  # two entries, unacked
+    for message in messages[:5]:
         consumer.acknowledge(message)
-    stats = client_stats_after_acks(consumer)
-    del stats
-
-
-def client_stats_after_acks(consumer: pulsar.Consumer) -> None:
-    """Acks are grouped by the client; closing flushes them."""
+    # The client acks a batch's entry once all its messages are acked (grouped, so poll).
+    wait_for_subscription(broker, topic, "sub", msgBacklog=1)
+    for message in messages[5:]:
+        consumer.acknowledge(message)
+    wait_for_subscription(broker, topic, "sub", msgBacklog=0, unackedMessages=0)
     consumer.close()
 
 
@@ -144,24 +160,21 @@ def test_negative_ack_comes_back_with_redelivery_count_one(
 def test_unacked_messages_of_a_closed_consumer_go_to_the_other(
     client: pulsar.Client, topic: str
 ) -> None:
-    leaving = client.subscribe(
-        topic,
-        "shared",
-        consumer_type=pulsar.ConsumerType.Shared,
-        receiver_queue_size=5,
-        consumer_name="leaving",
-    )
+    def shared(name: str) -> pulsar.Consumer:
+        return client.subscribe(
+            topic,
+            "shared",
+            consumer_type=pulsar.ConsumerType.Shared,
+            receiver_queue_size=5,
+            consumer_name=name,
+        )
+
+    leaving = shared("leaving")
     producer = client.create_producer(topic, batching_enabled=False)
     for i in range(5):
         producer.send(f"{i}".encode())
     held = [leaving.receive(5000) for _ in range(5)]
-    staying = client.subscribe(
-        topic,
-        "shared",
-        consumer_type=pulsar.ConsumerType.Shared,
-        receiver_queue_size=5,
-        consumer_name="staying",
-    )
+    staying = shared("staying")
     leaving.close()
     redelivered = receive_all([staying], 5)[0]
     assert sorted(m.data() for m in redelivered) == sorted(m.data() for m in held)
@@ -251,6 +264,8 @@ def test_unsubscribe_removes_the_subscription(
     broker: Broker, client: pulsar.Client, topic: str
 ) -> None:
     consumer = client.subscribe(topic, "gone")
+    existed = wait_for_subscription(broker, topic, "gone")
+    assert len(existed["consumers"]) == 1  # type: ignore[arg-type]
     consumer.unsubscribe()
     stats = broker.topic_stats(topic)
     assert stats is not None

@@ -6,6 +6,7 @@ atomicity they claim must not depend on cooperative scheduling.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,10 +16,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.dispatcher import Ack, RemoveConsumer
+from brokerlet.actors.messages import Ack, RemoveConsumer
 from brokerlet.config import load_settings
 from tests.conftest import Runtime
 from tests.dispatch_harness import LEDGER, Block, Harness
+
+
+def finished(task: Any, timeout: float = 5) -> bool:
+    """Join a thread or greenlet from ``Runtime.spawn``; whether it really ended."""
+    task.join(timeout)
+    return not task.is_alive() if isinstance(task, threading.Thread) else bool(task.ready())
 
 
 @pytest.fixture
@@ -46,8 +53,7 @@ def test_flow_reaches_the_total_while_the_dispatcher_is_busy_then_removal_debits
     try:
         # The FLOW lands on the connection actor's side: no dispatcher message is needed.
         flows = [runtime.spawn(first.flow, 400), runtime.spawn(second.flow, 600)]
-        for task in flows:
-            task.join(5)
+        assert all(finished(task) for task in flows), "a FLOW did not return"
         assert first.permits == 410
         assert second.permits == 620
         assert first.accounted
@@ -64,7 +70,7 @@ def test_total_is_read_while_the_dispatcher_is_busy(runtime: Runtime, harness: H
     harness.settle()
     _, release = hold_busy(runtime, harness)
     try:
-        runtime.spawn(consumer.flow, 95).join(5)
+        assert finished(runtime.spawn(consumer.flow, 95)), "the FLOW did not return"
         # Read the total object itself, not through the (busy) actor.
         assert consumer._total is not None
         assert consumer._total.value == 100

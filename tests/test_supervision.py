@@ -17,13 +17,14 @@ from typing import Any, TypeVar
 import pulsar
 import pytest
 import requests
-from rawclient import RawClient
 
 from brokerlet import Broker
 from brokerlet.actors.connection import ConnectionActor
-from brokerlet.actors.dispatcher import Ack, Dispatcher
+from brokerlet.actors.dispatcher import Dispatcher
+from brokerlet.actors.messages import Ack, Append
 from brokerlet.actors.supervision import restarts
-from brokerlet.actors.topic import Append, TopicActor
+from brokerlet.actors.topic import TopicActor
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import Frame, pb
 
 T = pb.BaseCommand

@@ -29,8 +29,8 @@ import requests
 from brokerlet import Broker, Client
 from brokerlet.metadata import TopicName
 from brokerlet.metadata.topics import exists
+from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import pb
-from tests.rawclient import RawClient
 
 T = pb.BaseCommand
 _names = itertools.count()

@@ -20,14 +20,16 @@ threads, hence the lock. It is held only to flip the flag, never across the
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Generic, TypeVar
 
 import pykka
 
 __all__ = ["ConflatedTell"]
 
+A = TypeVar("A", bound=pykka.Actor)
 
-class ConflatedTell:
+
+class ConflatedTell(Generic[A]):
     """At most one `message` sits in `actor_ref`'s inbox until the actor takes it.
 
     Example:
@@ -45,7 +47,7 @@ class ConflatedTell:
         `read_request.request()`.
     """
 
-    def __init__(self, actor_ref: pykka.ActorRef[Any], message: object) -> None:
+    def __init__(self, actor_ref: pykka.ActorRef[A], message: object) -> None:
         """Create a gate; nothing is sent until the first `request()`.
 
         Args:

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from pykka._future import GetHookFunc
     from pykka._types import OptExcInfo
 
-__all__ = ["GeventActor", "GeventFuture", "HandlerTimeout", "timeout_after"]
+__all__ = ["GeventActor", "GeventFuture", "GreenletTimer", "HandlerTimeout", "timeout_after"]
 
 failure_log = logging.getLogger("brokerlet.actors.supervision")
 
@@ -253,3 +253,19 @@ def timeout_after(seconds: float) -> gevent.Timeout:
         An unstarted timeout; entering the `with` block starts it.
     """
     return gevent.Timeout(seconds, HandlerTimeout(f"{seconds} seconds"))
+
+
+class GreenletTimer:
+    """A ``call_later`` handle on gevent."""
+
+    __slots__ = ("_greenlet",)
+
+    def __init__(self, greenlet: gevent.Greenlet) -> None:
+        self._greenlet = greenlet
+
+    @property
+    def done(self) -> bool:
+        return bool(self._greenlet.dead)
+
+    def cancel(self) -> None:
+        self._greenlet.kill(block=False)

@@ -11,34 +11,40 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import gevent
 import pykka
 
+from brokerlet.actors import stats_reader
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.connection import (
-    GetTopic,
-    LookupCheck,
-    PartitionedMetadata,
-    TopicsOfNamespace,
-)
-from brokerlet.actors.dispatcher import SUB_TYPE_NAMES
 from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.ratelimit import DispatchRateLimiter
-from brokerlet.actors.supervision import CursorState, TopicFailed, stop_quietly, tell_quietly
-from brokerlet.actors.topic import (
+from brokerlet.actors.messages import (
     BacklogQuotaReport,
     CloseClients,
+    CloseIdleTopics,
+    CreateTopic,
+    DeleteTopic,
     ExpireMessages,
+    FindTopic,
+    GetTopic,
     IsIdle,
+    ListTopics,
+    LookupCheck,
     MaybeCompact,
+    PartitionedMetadata,
     Subscribe,
-    TopicActor,
-    TopicStats,
+    TopicFailed,
+    TopicsOfNamespace,
+    UnexpectedMessage,
+    UpdatePartitions,
 )
+from brokerlet.actors.supervision import CursorState, stop_quietly, tell_quietly
+from brokerlet.actors.topic import TopicActor
 from brokerlet.config import Settings
+from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
+from brokerlet.dispatch.ratelimit import DispatchRateLimiter
+from brokerlet.dispatch.strategy import SUB_TYPE_NAMES
 from brokerlet.metadata import MetadataStore, TopicName
 from brokerlet.metadata import topics as rules
 from brokerlet.metadata.policies import PolicyError
@@ -54,9 +60,7 @@ __all__ = [
     "CloseIdleTopics",
     "CreateTopic",
     "DeleteTopic",
-    "GetAllStats",
     "GetTopic",
-    "GetTopicStats",
     "LookupCheck",
     "PartitionedMetadata",
     "TopicBusy",
@@ -65,47 +69,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class GetTopicStats:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-class GetAllStats:
-    pass
-
-
-class CloseIdleTopics:
-    """Close (never delete) every topic with no producer and no subscription."""
-
-
-@dataclass(frozen=True, slots=True)
-class CreateTopic:
-    """Asked by the admin API: record a topic (``partitions`` 0: non-partitioned)."""
-
-    name: str
-    partitions: int
-    properties: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class UpdatePartitions:
-    """Asked by the admin API: grow a partitioned topic to ``partitions``."""
-
-    name: str
-    partitions: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteTopic:
-    """Asked by the admin API: delete a topic (or, ``partitioned``, every partition and the
-    partitioned topic's metadata). Without ``force`` a topic with producers or consumers is
-    refused (:class:`TopicBusy`); with it they are closed first."""
-
-    name: str
-    force: bool = False
-    partitioned: bool = False
 
 
 class TopicBusy(Exception):  # noqa: N818 - Pulsar's TopicBusyException
@@ -120,9 +83,11 @@ class BrokerActor(GeventActor):
         settings: Settings,
         storage: DiskStorage | None = None,
         metadata: MetadataStore | None = None,
+        dispatch_options: DispatchOptions = DEFAULT_OPTIONS,
     ) -> None:
         super().__init__()
         self.settings = settings
+        self.dispatch_options = dispatch_options
         self.storage = storage
         self._metadata = metadata
         self.topics: dict[str, pykka.ActorRef[TopicActor]] = {}
@@ -211,15 +176,10 @@ class BrokerActor(GeventActor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, GetTopic):
             return self._topic(message.name, recovering=message.recovering)
-        if isinstance(message, GetTopicStats):
-            topic = self.topics.get(message.name)
-            return None if topic is None else topic.ask(TopicStats())
-        if isinstance(message, GetAllStats):
-            stats = {}
-            for name, ref in list(self.topics.items()):
-                with contextlib.suppress(pykka.ActorDeadError):
-                    stats[name] = ref.ask(TopicStats())
-            return stats
+        if isinstance(message, FindTopic):
+            return self.topics.get(message.name)
+        if isinstance(message, ListTopics):
+            return dict(self.topics)
         if isinstance(message, TopicFailed):
             return self._topic_failed(message)
         if isinstance(message, CloseIdleTopics):
@@ -239,7 +199,7 @@ class BrokerActor(GeventActor):
             return self._update_partitions(message)
         if isinstance(message, DeleteTopic):
             return self._delete(message)
-        raise TypeError(f"unexpected message {message!r}")
+        raise UnexpectedMessage(self, message)
 
     def on_stop(self) -> None:
         self.retention.stop()
@@ -285,6 +245,7 @@ class BrokerActor(GeventActor):
                 supervisor=self.actor_ref,
                 restored=self._restored.pop(name, None),
                 retention=self.retention,
+                dispatch_options=self.dispatch_options,
             )
             self.topics[name] = topic
             log.info("opened topic %s (ledger %d)", name, ledger.ledger_id)
@@ -307,7 +268,7 @@ class BrokerActor(GeventActor):
             return closed
         for name, ref in list(self.topics.items()):
             try:
-                idle = ref.ask(IsIdle(), timeout=5)
+                idle = ref.ask(IsIdle(), block=True, timeout=5)
             except (pykka.ActorDeadError, pykka.Timeout):
                 continue
             if idle and self.topics.get(name) is ref:
@@ -363,7 +324,7 @@ class BrokerActor(GeventActor):
         first = self.topics.get(name.partition(0).full)
         if first is None or new <= old:
             return
-        stats: dict[str, Any] = first.ask(TopicStats(), block=True)
+        stats = stats_reader.of_topic(first)  # an admin operation: waiting here is fine
         durable = [
             (sub, stat.get("type"))
             for sub, stat in stats.get("subscriptions", {}).items()

@@ -1,38 +1,36 @@
 """Event-loop actors: the I/O tasks of the connections assigned to them (Netty-style).
 
 A dispatcher hands each consumer batch to the event loop of the consumer's connection as one
-message; the loop encodes the MESSAGE frames and makes one vectored write of the batch. The
-channel's write completions and writability changes come back here as messages, so they run
-as later tasks of this loop, never on the stack of the write that caused them:
+message; the loop encodes the MESSAGE frames and makes one vectored write of the batch.
 
-* a batch's completion runs the dispatcher's conflated read request;
-* a connection turning writable wakes the dispatchers of its consumers. Notifications for one
-  connection coalesce (a :class:`ConflatedTell` on the connection handle): while one is queued,
-  further flips add nothing, and writability is checked again per consumer when the task runs.
+* The batch carries what its written bytes wake (the dispatcher's conflated read request):
+  the channel's writer greenlet requests it once the batch is in the kernel. One hop, straight
+  to the dispatcher's inbox; a request only flips a flag and tells, so it is safe there.
+* A connection turning writable comes back here as a message, so it runs as a later task of
+  this loop, never on the stack of the write that caused it, and wakes the dispatchers of its
+  consumers. Notifications for one connection coalesce (a ``ConflatedTell`` on the connection
+  handle): while one is queued, further flips add nothing, and writability is checked again per
+  consumer when the task runs.
+* Frames the connection actor must order after the MESSAGE frames already queued here (a
+  broker-initiated CLOSE_CONSUMER) come as a message too: this inbox is the order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.consumer import ConnectionHandle
-from brokerlet.actors.dispatcher import SendMessages
+from brokerlet.actors.messages import (
+    SendMessages,
+    UnexpectedMessage,
+    WritabilityChanged,
+    WriteAfterMessages,
+    WriteCompletion,
+)
+from brokerlet.dispatch.consumer import ConnectionHandle
 from brokerlet.transport.protocol import encode_message
 
-__all__ = ["EventLoopActor", "WritabilityChanged"]
-
-
-@dataclass(frozen=True, slots=True)
-class WriteCompleted:
-    callback: Callable[[], object]
-
-
-@dataclass(frozen=True, slots=True)
-class WritabilityChanged:
-    connection: ConnectionHandle
+__all__ = ["EventLoopActor"]
 
 
 class EventLoopActor(GeventActor):
@@ -46,10 +44,13 @@ class EventLoopActor(GeventActor):
         kind = message.__class__
         if kind is SendMessages:
             self._send_messages(message)
-        elif kind is WriteCompleted:
-            message.callback()
         elif kind is WritabilityChanged:
             self._writability_changed(message.connection)
+        elif kind is WriteAfterMessages:
+            if not message.connection.closed:
+                message.connection.channel.write(message.frames)
+        else:
+            raise UnexpectedMessage(self, message)
 
     def _send_messages(self, message: SendMessages) -> None:
         consumer = message.consumer
@@ -69,14 +70,7 @@ class EventLoopActor(GeventActor):
             )
             buffers.append(header)
             buffers.append(data)
-        on_complete = message.on_complete
-        tell = self.actor_ref.tell
-
-        def completed(error: BaseException | None) -> None:
-            if error is None:
-                tell(WriteCompleted(on_complete))
-
-        connection.channel.write(buffers, completed)
+        connection.channel.write(buffers, _Written(message.completion))
 
     def _writability_changed(self, connection: ConnectionHandle) -> None:
         if connection.writable_notice is not None:
@@ -86,3 +80,17 @@ class EventLoopActor(GeventActor):
         for consumer in connection.consumers:
             if consumer.writable and consumer.read_gate is not None:
                 consumer.read_gate.request()
+
+
+class _Written:
+    """A batch's write callback: a completed write requests what the batch carries; a failed
+    one does nothing (the connection's cleanup releases the batch for redelivery)."""
+
+    __slots__ = ("_completion",)
+
+    def __init__(self, completion: WriteCompletion) -> None:
+        self._completion = completion
+
+    def __call__(self, error: BaseException | None) -> None:
+        if error is None:
+            self._completion.request()

@@ -26,12 +26,24 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pykka
 
+from brokerlet.actors.messages import (
+    CursorState,
+    DispatcherFailed,
+    GetCursorState,
+    TopicClosedByBroker,
+    TopicFailed,
+)
+
+if TYPE_CHECKING:
+    from brokerlet.actors.dispatcher import DispatcherActor
+    from brokerlet.dispatch.consumer import Consumer
+
 __all__ = [
+    "CursorState",
     "DispatcherFailed",
     "GetCursorState",
     "QuietRef",
@@ -43,9 +55,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-CursorState = tuple[int, list[int]]
-"""A subscription's mark-delete entry id and the entries acknowledged beyond it."""
 
 _restarts: Counter[str] = Counter()
 _lock = threading.Lock()
@@ -63,8 +72,10 @@ def restarts() -> dict[str, int]:
         return {kind: _restarts[kind] for kind in ("topic", "dispatcher", "connection")}
 
 
-def tell_quietly(ref: Any, message: object) -> bool:
+def tell_quietly(ref: pykka.ActorRef[Any] | QuietRef | None, message: object) -> bool:
     """Tell ``message`` to ``ref`` unless the actor is dead; returns whether it was told."""
+    if ref is None:
+        return False
     try:
         ref.tell(message)
     except pykka.ActorDeadError:
@@ -81,7 +92,7 @@ class QuietRef:
 
     __slots__ = ("ref",)
 
-    def __init__(self, ref: Any) -> None:
+    def __init__(self, ref: pykka.ActorRef[Any]) -> None:
         self.ref = ref
 
     def tell(self, message: object) -> None:
@@ -91,62 +102,33 @@ class QuietRef:
         return self.ref.ask(message, **kwargs)
 
 
-def stop_quietly(ref: Any, timeout: float = 5.0) -> None:
+def stop_quietly(ref: pykka.ActorRef[Any], timeout: float = 5.0) -> None:
     """Stop an actor and wait for it, whether it is alive, stopping or already dead."""
     with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
         ref.stop(block=True, timeout=timeout)
 
 
-# Reports to a supervisor.
-
-
-@dataclass(frozen=True, slots=True)
-class TopicFailed:
-    """Told to the broker actor: this topic actor failed; drop it, keep these cursors."""
-
-    name: str
-    topic: Any  # the dead pykka.ActorRef
-    cursors: dict[str, CursorState]
-
-
-@dataclass(frozen=True, slots=True)
-class DispatcherFailed:
-    """Told to the topic actor: this dispatcher failed; restart its subscription from cursor."""
-
-    subscription: str
-    dispatcher: Any  # the dead pykka.ActorRef
-    cursor: CursorState | None  # None for a non-durable subscription: nothing to resume
-
-
-@dataclass(frozen=True, slots=True)
-class TopicClosedByBroker:
-    """Told to a connection actor: the topic failed; close your producers on it."""
-
-    topic: Any  # the dead pykka.ActorRef
-
-
-class GetCursorState:
-    """Asked of a dispatcher: its :data:`CursorState`."""
-
-
-def dispatcher_failed(dispatcher: Any, closed_by_broker: Callable[[Any], object]) -> None:
+def dispatcher_failed(
+    dispatcher: DispatcherActor, closed_by_broker: Callable[[Consumer], object]
+) -> None:
     """The on_failure of a dispatcher actor: close its consumers, report its cursor.
 
     ``closed_by_broker(consumer)`` makes the message that tells a connection to close one.
     """
     record_failure("dispatcher")
-    for timer in (dispatcher._retry, dispatcher._unblock_timer, dispatcher._persist_timer):
+    for timer in (dispatcher._retry, dispatcher._replay_timer, dispatcher._persist_timer):
         if timer is not None:
             timer.cancel()
     cursor: CursorState | None = None
     if dispatcher.durable:
         cursor = (dispatcher.cursor.mark_delete, list(dispatcher.cursor.acked_ids()))
         try:
-            dispatcher._persist_cursor()
+            dispatcher.cursor_saver.save()
         except Exception:
             log.exception("%s: could not save the cursor of a failed dispatcher", dispatcher)
-    for consumer in list(dispatcher.consumers):
+    consumers = dispatcher.book.consumers
+    for consumer in list(consumers):
         consumer.detach()
         tell_quietly(consumer.connection.actor, closed_by_broker(consumer))
-    dispatcher.consumers.clear()
+    consumers.clear()
     tell_quietly(dispatcher.topic, DispatcherFailed(dispatcher.name, dispatcher.actor_ref, cursor))

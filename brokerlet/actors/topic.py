@@ -11,35 +11,51 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import pykka
 
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.dispatcher import (
-    CancelRead,
-    CloseConsumers,
-    DispatcherActor,
-    EntriesRead,
-    ExpireUpTo,
-    GetStats,
-    MarkDeleteMoved,
-    ReadEntries,
-    ReadIds,
-    SubscriptionClosed,
-)
+from brokerlet.actors.dispatcher import DispatcherActor
 from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.ratelimit import DispatchRateLimiter
-from brokerlet.actors.stats import Rate
-from brokerlet.actors.supervision import (
+from brokerlet.actors.messages import (
+    AddProducer,
+    Append,
+    AppendDone,
+    Appended,
+    BacklogQuotaReport,
+    CancelRead,
+    CloseClients,
+    CloseConsumers,
+    Compact,
+    CompactionDone,
+    CompactionStatus,
     CursorState,
     DispatcherFailed,
+    EntriesRead,
+    ExpireMessages,
+    ExpireUpTo,
     GetCursorState,
-    QuietRef,
+    GetLastEntry,
+    IsIdle,
+    MarkDeleteMoved,
+    MaybeCompact,
+    ReadEntries,
+    ReadIds,
+    Receipt,
+    RemoveProducer,
+    ResolvePosition,
+    Subscribe,
+    SubscriptionClosed,
     TopicClosedByBroker,
     TopicFailed,
+    TopicStats,
+    TopicStatsPart,
+    UnexpectedMessage,
+)
+from brokerlet.actors.supervision import (
+    QuietRef,
     record_failure,
     stop_quietly,
     tell_quietly,
@@ -50,157 +66,26 @@ from brokerlet.compaction.state import (
     TopicCompaction,
 )
 from brokerlet.config import Settings
+from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
+from brokerlet.dispatch.ratelimit import DispatchRateLimiter
+from brokerlet.dispatch.stats import Rate
 from brokerlet.storage.backlog_quota import QuotaState, refusal, size_exceeded_now
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
-from brokerlet.storage.ledger import Entry, Ledger, NewEntry
+from brokerlet.storage.ledger import Entry, Ledger
 from brokerlet.storage.retention import RetentionService
 from brokerlet.transport.protocol import pb
 
-__all__ = [
-    "AddProducer",
-    "Append",
-    "Appended",
-    "Receipt",
-    "RemoveProducer",
-    "Subscribe",
-    "TopicActor",
-]
+if TYPE_CHECKING:
+    from brokerlet.actors.broker import BrokerActor
+
+__all__ = ["TopicActor"]
 
 log = logging.getLogger(__name__)
 
 # start_message_id values the official client uses for readers.
 EARLIEST_ID = 2**64 - 1
 LATEST_ID = 2**63 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class AppendItem:
-    sequence_id: int
-    highest_sequence_id: int
-    entry: NewEntry | None  # None: refused before storage (see ``refusal``)
-    refusal: tuple[pb.ServerError.ValueType, str] | None = None  # None: bad checksum
-
-
-@dataclass(frozen=True, slots=True)
-class Append:
-    reply_to: Any
-    producer_id: int
-    items: list[AppendItem]
-
-
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    sequence_id: int
-    highest_sequence_id: int
-    ledger_id: int
-    entry_id: int  # -1 when refused; see ``error``
-    error: pb.ServerError.ValueType | None = None
-    message: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Appended:
-    producer_id: int
-    receipts: list[Receipt]
-
-
-@dataclass(frozen=True, slots=True)
-class AppendDone:
-    """A disk ledger's completion, brought back onto the topic actor."""
-
-    handle: Callable[[Any], None]
-    result: Any
-
-
-@dataclass(frozen=True, slots=True)
-class AddProducer:
-    name: str
-    peer: str
-    connection: Any = None  # the producer's connection actor, told if the topic fails
-
-
-@dataclass(frozen=True, slots=True)
-class CloseClients:
-    """Asked before a topic is deleted: how many producers and consumers are connected;
-    with ``close``, each is closed the broker's way first (CLOSE_PRODUCER / CLOSE_CONSUMER)."""
-
-    close: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RemoveProducer:
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Subscribe:
-    subscription: str
-    sub_type: int
-    durable: bool
-    initial_position: int  # pb.CommandSubscribe.Latest / Earliest
-    start_message_id: tuple[int, int] | None = None
-    read_compacted: bool = False  # read the compacted view up to its horizon first
-
-
-@dataclass(frozen=True, slots=True)
-class GetLastEntry:
-    subscription: str | None = None  # a read_compacted one gets the view's last entry
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvePosition:
-    """Asked: the entry id a subscription should restart at for ``message_id``."""
-
-    message_id: tuple[int, int]
-
-
-@dataclass(frozen=True, slots=True)
-class TopicStats:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class ExpireMessages:
-    """Acknowledge every entry up to ``entry_id`` on every subscription (message TTL, or the
-    admin expireMessages operation; storage/expiry.py finds the entry). ``expiry`` False: a
-    backlog-quota eviction, not counted as expired."""
-
-    entry_id: int
-    expiry: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class BacklogQuotaReport:
-    """The backlog-quota check's finding (storage/backlog_quota.py); ``evict_to`` >= 0 moves
-    the subscriptions behind it there (consumer_backlog_eviction)."""
-
-    state: QuotaState
-    evict_to: int = -1
-
-
-class Compact:
-    """Asked (admin PUT .../compaction): start a compaction; raises when one runs."""
-
-
-class CompactionStatus:
-    """Asked: Pulsar's LongRunningProcessStatus of the last compaction."""
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionDone:
-    result: Any  # CompactionResult, or the error that failed it
-
-
-@dataclass(frozen=True, slots=True)
-class MaybeCompact:
-    """The compaction monitor: compact if the bytes after the horizon exceed ``threshold``."""
-
-    threshold: int
-
-
-class IsIdle:
-    """Asked: whether the topic has no producer, subscription or waiting read."""
 
 
 class TopicActor(GeventActor):
@@ -214,7 +99,8 @@ class TopicActor(GeventActor):
         broker_limiter: DispatchRateLimiter | None = None,
         cursors: CursorStore | None = None,
         *,
-        supervisor: Any = None,  # the broker actor, told if this actor fails
+        dispatch_options: DispatchOptions = DEFAULT_OPTIONS,
+        supervisor: pykka.ActorRef[BrokerActor] | None = None,  # told if this actor fails
         restored: dict[str, CursorState] | None = None,  # cursors of a failed predecessor
         retention: RetentionService | None = None,  # told when the slowest cursor moves
     ) -> None:
@@ -222,6 +108,7 @@ class TopicActor(GeventActor):
         self.supervisor = supervisor
         self.restored = restored or {}
         self.name = name
+        self.dispatch_options = dispatch_options
         self.cursors = cursors  # durable subscriptions' acknowledgements, with a disk ledger
         self.saved: dict[str, tuple[int, list[int]]] = {}
         self.ledger = ledger
@@ -301,7 +188,10 @@ class TopicActor(GeventActor):
         self._trim()
 
     def on_receive(self, message: Any) -> Any:
-        return self._handlers[type(message)](message)
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            raise UnexpectedMessage(self, message)
+        return handler(message)
 
     def _on_actor(self, handle: Callable[[Any], None]) -> Callable[[Any], None]:
         """A storage callback that runs ``handle`` on this actor.
@@ -471,6 +361,7 @@ class TopicActor(GeventActor):
             settings=self.settings,
             rate_limiters=self.rate_limiters,
             cursor_store=self.cursors if message.durable else None,
+            options=self.dispatch_options,
             last_entry_id=lambda: self.ledger.last_entry_id,
         )
         self.subscriptions[message.subscription] = dispatcher
@@ -672,27 +563,15 @@ class TopicActor(GeventActor):
         size: int = bytes_from(slowest + 1)
         return size
 
-    def stats(self) -> dict[str, Any]:
-        last = self.ledger.last_entry_id
-        subscriptions = {}
-        for name, ref in list(self.subscriptions.items()):
-            try:
-                sub: dict[str, Any] = ref.ask(GetStats(), block=True, timeout=5)
-            except pykka.ActorDeadError:
-                continue
-            mark_delete = self.mark_deletes.get(name, last)
-            sub["msgBacklog"] = max(0, last - mark_delete - sub.pop("individuallyAcked", 0))
-            subscriptions[name] = sub
-        subs = subscriptions.values()
-        return {
+
+    def stats(self) -> TopicStatsPart:
+        """The topic's own stats and its subscriptions' dispatchers, at once: the caller asks
+        the dispatchers, so a stats request never holds this actor (and its appends) up."""
+        own = {
             "msgRateIn": self._rate_in.sample(self.msg_in),
             "msgThroughputIn": self._throughput_in.sample(self.bytes_in),
-            "msgRateOut": sum(s["msgRateOut"] for s in subs),
-            "msgThroughputOut": sum(s["msgThroughputOut"] for s in subs),
             "msgInCounter": self.msg_in,
             "bytesInCounter": self.bytes_in,
-            "msgOutCounter": sum(s["msgOutCounter"] for s in subs),
-            "bytesOutCounter": sum(s["bytesOutCounter"] for s in subs),
             "storageSize": getattr(self.ledger, "size_bytes", 0),
             # Bytes from the slowest durable subscription's position (Pulsar's backlogSize);
             # entries kept beyond it are retained by the retention policy.
@@ -704,7 +583,12 @@ class TopicActor(GeventActor):
             "backlogQuotaExceeded": self.quota.exceeded,  # brokerlet's: the type, or null
             "compaction": self.compaction.stats(),
             "ledgerId": self.ledger.ledger_id,
-            "lastEntryId": last,
+            "lastEntryId": self.ledger.last_entry_id,
             "publishers": [{"producerName": n, "address": p} for n, p in self.producers.items()],
-            "subscriptions": subscriptions,
         }
+        last = self.ledger.last_entry_id
+        subscriptions = {
+            name: (ref, self.mark_deletes.get(name, last))
+            for name, ref in self.subscriptions.items()
+        }
+        return TopicStatsPart(own, last, subscriptions)

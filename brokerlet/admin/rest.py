@@ -151,6 +151,7 @@ class AdminRequest:
         self.context = context
         self.role: str | None = None
         self.peer_cert: Mapping[str, Any] | None = environ.get("brokerlet.peer_cert")
+        self.url_args: Mapping[str, Any] = {}
         self._body: bytes | None = None
 
     @property
@@ -373,6 +374,7 @@ class AdminApp:
             allowed = ", ".join(sorted(error.valid_methods or ()))
             return Reply(405, {"reason": "Method Not Allowed"}, {"Allow": allowed})
         request = AdminRequest(environ, self.context)
+        request.url_args = url_args  # guards check the tenant/namespace a route names
         try:
             for guard in self.guards:
                 guard(request, route)

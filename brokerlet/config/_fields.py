@@ -52,7 +52,8 @@ class Rule:
         maximum: Inclusive upper bound for numbers.
         choices: For strings, the only values allowed (matched ignoring case).
         non_empty: For strings, whether blank is refused.
-        url_scheme: For strings, a prefix the value must start with unless it is empty.
+        url_scheme: For strings, a prefix (or prefixes) the value must start with unless it
+            is empty.
     """
 
     help: str
@@ -61,7 +62,7 @@ class Rule:
     maximum: float | None = None
     choices: tuple[str, ...] = ()
     non_empty: bool = False
-    url_scheme: str | None = None
+    url_scheme: str | tuple[str, ...] | None = None
 
 
 def setting(
@@ -73,11 +74,16 @@ def setting(
     maximum: float | None = None,
     choices: tuple[str, ...] = (),
     non_empty: bool = False,
-    url_scheme: str | None = None,
+    url_scheme: str | tuple[str, ...] | None = None,
+    secret: bool = False,
 ) -> _T:
-    """Declare a settings field: its default plus the :class:`Rule` it obeys."""
+    """Declare a settings field: its default plus the :class:`Rule` it obeys.
+
+    A ``secret`` field (a key that may be given inline) is left out of the settings' repr,
+    so logging a Settings object never shows it.
+    """
     rule = Rule(help, alias, minimum, maximum, choices, non_empty, url_scheme)
-    return dataclasses.field(default=default, metadata={RULE_KEY: rule})
+    return dataclasses.field(default=default, metadata={RULE_KEY: rule}, repr=not secret)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +124,8 @@ class FieldSpec:
         if rule.choices:
             return "one of " + ", ".join(repr(choice) for choice in rule.choices)
         if rule.url_scheme is not None:
-            return f"'' or a URL starting with {rule.url_scheme}"
+            schemes = rule.url_scheme if isinstance(rule.url_scheme, tuple) else (rule.url_scheme,)
+            return "'' or a URL starting with " + " or ".join(schemes)
         return "a non-empty string" if rule.non_empty else "a string"
 
     def convert(self, raw: object, origin: str | None = None) -> object:

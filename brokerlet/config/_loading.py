@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import tomllib
 from collections.abc import Mapping
 from typing import Any, Final
 
 from brokerlet.config._fields import FieldSpec, SettingsError
+from brokerlet.config._pulsar import read_pulsar_config
 from brokerlet.config._settings import SPECS, Entry, Settings, collect, entries_from_mapping
 
 __all__ = [
@@ -20,6 +22,8 @@ __all__ = [
     "settings_from_args",
 ]
 
+log = logging.getLogger("brokerlet.config")
+
 ENV_PREFIX: Final = "BROKERLET_"
 # Names the TOML file when no path is passed in; it is not a setting itself.
 CONFIG_ENV: Final = "BROKERLET_CONFIG"
@@ -30,10 +34,12 @@ def load_settings(
     toml_path: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, object] | None = None,
+    pulsar_config: str | os.PathLike[str] | None = None,
 ) -> Settings:
     """Build settings from every source; each one overrides those before it.
 
-    The order, weakest first: defaults, the TOML file, ``BROKERLET_<KEY>`` environment
+    The order, weakest first: defaults, a Pulsar ``broker.conf``/``standalone.conf``, the
+    TOML file, ``BROKERLET_<KEY>`` environment
     variables, then ``overrides``. Keys may be snake_case names or Pulsar aliases, in any
     case (``BROKERLET_PORT``, ``BROKERLET_BROKERSERVICEPORT``, ``maxMessageSize = ...``).
 
@@ -43,6 +49,8 @@ def load_settings(
         env: Environment variables; only those starting with ``BROKERLET_`` are read.
             Defaults to ``os.environ``.
         overrides: Values for embedded use, e.g. ``{"port": 0}``; strings are parsed.
+        pulsar_config: A Pulsar configuration file (:mod:`brokerlet.config._pulsar`); the
+            keys brokerlet does not implement are logged once, at INFO.
 
     Returns:
         The checked settings.
@@ -52,7 +60,7 @@ def load_settings(
             or the result breaks a cross-field rule; or the TOML file cannot be read.
     """
     environ = os.environ if env is None else env
-    return _merge(toml_path, environ, entries_from_mapping(overrides or {}))
+    return _merge(toml_path, environ, entries_from_mapping(overrides or {}), None, pulsar_config)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         default=None,
         help=f"TOML settings file (default: ${CONFIG_ENV}, if set)",
+    )
+    group.add_argument(
+        "--pulsar-config",
+        metavar="PATH",
+        default=None,
+        help="a Pulsar broker.conf or standalone.conf, weaker than every other source",
     )
     for spec in SPECS:
         extra: dict[str, Any] = {}
@@ -112,7 +126,8 @@ def settings_from_args(
     ]
     environ = os.environ if env is None else env
     weakest = entries_from_mapping(defaults or {})
-    return _merge(getattr(ns, "config", None), environ, flags, weakest)
+    pulsar_config = getattr(ns, "pulsar_config", None)
+    return _merge(getattr(ns, "config", None), environ, flags, weakest, pulsar_config)
 
 
 def describe_settings() -> str:
@@ -133,10 +148,21 @@ def _merge(
     env: Mapping[str, str],
     strongest: list[Entry],
     weakest: list[Entry] | None = None,
+    pulsar_config: str | os.PathLike[str] | None = None,
 ) -> Settings:
     if toml_path is None:
         toml_path = env.get(CONFIG_ENV) or None
     values: dict[str, Any] = collect(weakest or [])
+    if pulsar_config is not None:
+        pulsar = read_pulsar_config(pulsar_config)
+        values.update(collect(pulsar.entries))
+        if pulsar.unimplemented:
+            log.info(
+                "%s: %d Pulsar setting(s) that brokerlet does not implement are ignored: %s",
+                os.fspath(pulsar_config),
+                len(pulsar.unimplemented),
+                ", ".join(pulsar.unimplemented),
+            )
     if toml_path is not None:
         values.update(collect(_toml_entries(toml_path)))
     values.update(collect(_env_entries(env)))

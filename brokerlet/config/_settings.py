@@ -41,7 +41,7 @@ class Settings:
     )
     advertised_url: str = setting(
         "", "Service URL given to clients in lookups; empty means pulsar://<host>:<bound port>.",
-        url_scheme="pulsar://",
+        url_scheme=("pulsar://", "pulsar+ssl://"),
     )
     web_service_port: int = setting(
         8080, "HTTP port of the web service; 0 picks a free port.",
@@ -204,6 +204,100 @@ class Settings:
     log_level: str = setting(
         "INFO", "Lowest level of log records emitted.",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+    )
+
+    # Security (issue 17): TLS listeners, authentication, authorization. Pulsar leaves the
+    # TLS ports unset; -1 means "no TLS listener" here (0 picks a free port, as elsewhere).
+    broker_service_port_tls: int = setting(
+        -1, "Pulsar protocol TLS (pulsar+ssl) port; -1 means none, 0 picks a free port.",
+        alias="brokerServicePortTls", minimum=-1, maximum=65535,
+    )
+    web_service_port_tls: int = setting(
+        -1, "HTTPS port of the web service; -1 means none, 0 picks a free port.",
+        alias="webServicePortTls", minimum=-1, maximum=65535,
+    )
+    advertised_url_tls: str = setting(
+        "", "TLS service URL given in lookups; empty means pulsar+ssl://<host>:<bound TLS port>.",
+        alias="brokerServiceUrlTls", url_scheme="pulsar+ssl://",
+    )
+    tls_certificate_file_path: str = setting(
+        "", "PEM certificate (chain) of the TLS listeners.", alias="tlsCertificateFilePath"
+    )
+    tls_key_file_path: str = setting(
+        "", "PEM private key of the TLS listeners.", alias="tlsKeyFilePath"
+    )
+    tls_trust_certs_file_path: str = setting(
+        "", "PEM CA certificates that client certificates are checked against.",
+        alias="tlsTrustCertsFilePath",
+    )
+    tls_require_trusted_client_cert_on_connect: bool = setting(
+        False, "Refuse TLS clients without a certificate signed by a trusted CA.",
+        alias="tlsRequireTrustedClientCertOnConnect",
+    )
+    tls_allow_insecure_connection: bool = setting(
+        False, "Do not ask TLS clients for a certificate at all (TLS authentication is off).",
+        alias="tlsAllowInsecureConnection",
+    )
+    tls_protocols: str = setting(
+        "", "Comma-separated TLS versions allowed (TLSv1.2,TLSv1.3); empty: the default set.",
+        alias="tlsProtocols",
+    )
+    tls_ciphers: str = setting(
+        "", "Comma-separated OpenSSL cipher names for TLS 1.2; empty: the default set.",
+        alias="tlsCiphers",
+    )
+    tls_handshake_timeout_seconds: float = setting(
+        5.0, "Seconds a TLS handshake may take before the connection is closed.",
+        minimum=0.1,
+    )
+    authentication_enabled: bool = setting(
+        False, "Authenticate clients with the configured providers.",
+        alias="authenticationEnabled",
+    )
+    authentication_providers: str = setting(
+        "", "Comma-separated provider class names (AuthenticationProviderToken, ...Tls, "
+        "...Basic).", alias="authenticationProviders",
+    )
+    authentication_refresh_check_seconds: int = setting(
+        60, "How often live connections are checked for expired credentials.",
+        alias="authenticationRefreshCheckSeconds", minimum=1,
+    )
+    anonymous_user_role: str = setting(
+        "", "Role of clients that give no credentials; empty refuses them.",
+        alias="anonymousUserRole",
+    )
+    authorization_enabled: bool = setting(
+        False, "Check roles against tenant admins and namespace permissions.",
+        alias="authorizationEnabled",
+    )
+    super_user_roles: str = setting(
+        "", "Comma-separated roles that may do everything.", alias="superUserRoles"
+    )
+    token_secret_key: str = setting(
+        "", "HMAC key of the token provider: data:;base64,..., file:///..., a path or base64.",
+        alias="tokenSecretKey", secret=True,
+    )
+    token_public_key: str = setting(
+        "", "Public key of the token provider (RSA or EC), given like token_secret_key.",
+        alias="tokenPublicKey",
+    )
+    token_public_alg: str = setting(
+        "RS256", "Signature algorithm of tokens checked with token_public_key.",
+        alias="tokenPublicAlg",
+        choices=("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"),
+    )
+    token_auth_claim: str = setting(
+        "sub", "Token claim that holds the role.", alias="tokenAuthClaim", non_empty=True
+    )
+    token_audience_claim: str = setting(
+        "aud", "Token claim checked against token_audience.", alias="tokenAudienceClaim"
+    )
+    token_audience: str = setting(
+        "", "Audience tokens must name; empty checks none.", alias="tokenAudience"
+    )
+    basic_auth_conf: str = setting(
+        "", "htpasswd users of the Basic provider: data:, file:, a path or base64.",
+        alias="basicAuthConf", secret=True,
     )
 
     # Limits on what peers may hold (issue 10: bad peers must not break topics).

@@ -7,6 +7,7 @@ Pure Python with no I/O, gevent or Pykka: the dispatcher actor calls into it.
 - `selectors`: the AUTO_SPLIT (range-split and consistent-hashing) and STICKY
   selectors, each publishing snapshots.
 - `draining`: PIP-379's draining-hashes tracker.
+- `meta`: a Key_Shared consumer's SUBSCRIBE options.
 """
 
 from brokerlet.keyshared.draining import (
@@ -23,6 +24,7 @@ from brokerlet.keyshared.hashing import (
     sticky_key,
     sticky_key_hash,
 )
+from brokerlet.keyshared.meta import KeySharedMeta
 from brokerlet.keyshared.selectors import (
     AutoSplitSelector,
     ConsistentHashingSelector,
@@ -53,6 +55,7 @@ __all__ = [
     "DrainingHashesTracker",
     "HashRange",
     "ImpactedRanges",
+    "KeySharedMeta",
     "Named",
     "RangeChanges",
     "Selector",

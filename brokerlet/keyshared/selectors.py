@@ -115,12 +115,34 @@ class _SnapshotPublisher(Generic[C]):
         return diff_snapshots(before, after)
 
 
+class _ModuloSlots(_SnapshotPublisher[C]):
+    """Selection for AUTO_SPLIT ranges and STICKY: slot ``h % range_size``, 0 becoming 1."""
+
+    def __init__(self, first_slot: int, last_slot: int, range_size: int) -> None:
+        super().__init__(first_slot, last_slot)
+        self.range_size = range_size
+
+    def slot(self, key_hash: int) -> int:
+        return key_hash % self.range_size or 1
+
+    def select(self, key_hash: int) -> C | None:
+        snapshot = self.snapshot
+        return snapshot.owners[bisect_left(snapshot.ends, key_hash % self.range_size or 1)]
+
+    def select_batch(self, key_hashes: Sequence[int]) -> list[C | None]:
+        snapshot = self.snapshot
+        ends = snapshot.ends
+        owners = snapshot.owners
+        size = self.range_size
+        return [owners[bisect_left(ends, key_hash % size or 1)] for key_hash in key_hashes]
+
+
 def _check_range_size(range_size: int) -> None:
     if range_size < 2 or range_size & (range_size - 1):
         raise ValueError(f"range_size must be a power of two >= 2, not {range_size}")
 
 
-class AutoSplitSelector(_SnapshotPublisher[C]):
+class AutoSplitSelector(_ModuloSlots[C]):
     """AUTO_SPLIT by range splitting (``subscriptionKeySharedUseConsistentHashing=false``).
 
     The first consumer owns the whole range. Each newcomer takes the lower half of
@@ -135,25 +157,9 @@ class AutoSplitSelector(_SnapshotPublisher[C]):
 
     def __init__(self, range_size: int = RANGE_SIZE) -> None:
         _check_range_size(range_size)
-        super().__init__(0, range_size)
-        self.range_size = range_size
+        super().__init__(0, range_size, range_size)
         self._owner_by_end: SortedDict = SortedDict()  # range end -> consumer
         self._end_by_consumer: dict[int, int] = {}  # id(consumer) -> range end
-
-    def slot(self, key_hash: int) -> int:
-        return key_hash % self.range_size or 1
-
-    def select(self, key_hash: int) -> C | None:
-        snapshot = self.snapshot
-        return snapshot.owners[bisect_left(snapshot.ends, key_hash % self.range_size or 1)]
-
-    def select_batch(self, key_hashes: Sequence[int]) -> list[C | None]:
-        snapshot = self.snapshot
-        ends = snapshot.ends
-        owners = snapshot.owners
-        size = self.range_size
-        # Slot 0 would become 1, but both fall in the first range (its end is >= 1).
-        return [owners[bisect_left(ends, key_hash % size)] for key_hash in key_hashes]
 
     def add(self, consumer: C, ranges: Sequence[HashRange] | None = None) -> ImpactedRanges[C]:
         """Split the largest range for `consumer`; `ranges` is ignored.
@@ -378,7 +384,7 @@ class ConsistentHashingSelector(_SnapshotPublisher[C]):
         return Snapshot.from_ranges(1, self.last_slot, assigned)
 
 
-class StickySelector(_SnapshotPublisher[C]):
+class StickySelector(_ModuloSlots[C]):
     """STICKY: each consumer brings its own ranges; unowned slots select nobody.
 
     Args:
@@ -387,24 +393,9 @@ class StickySelector(_SnapshotPublisher[C]):
 
     def __init__(self, range_size: int = RANGE_SIZE) -> None:
         _check_range_size(range_size)
-        super().__init__(0, range_size - 1)
-        self.range_size = range_size
+        super().__init__(0, range_size - 1, range_size)
         self._by_start: SortedDict = SortedDict()  # range start -> (HashRange, consumer)
         self._ranges_by_consumer: dict[int, tuple[HashRange, ...]] = {}
-
-    def slot(self, key_hash: int) -> int:
-        return key_hash % self.range_size or 1
-
-    def select(self, key_hash: int) -> C | None:
-        snapshot = self.snapshot
-        return snapshot.owners[bisect_left(snapshot.ends, key_hash % self.range_size or 1)]
-
-    def select_batch(self, key_hashes: Sequence[int]) -> list[C | None]:
-        snapshot = self.snapshot
-        ends = snapshot.ends
-        owners = snapshot.owners
-        size = self.range_size
-        return [owners[bisect_left(ends, key_hash % size or 1)] for key_hash in key_hashes]
 
     def add(self, consumer: C, ranges: Sequence[HashRange] | None = None) -> ImpactedRanges[C]:
         """Give `consumer` exactly the `ranges` it asked for.

@@ -32,7 +32,7 @@ CPU per row against about 0.4 µs for framing a record, and CPU is what an appen
 with the broker. Retention is also cheaper: a trimmed segment is one unlink, where SQLite would
 need DELETEs and a VACUUM to give space back.
 
-What the ledger itself costs (``bench/storage_bench.py``, one core, 4 producers with 1,000
+What the ledger itself costs (``bench/micro/storage.py``, one core, 4 producers with 1,000
 appends in flight, GC off, median of 3 rounds; memory = `MemoryLedger` in the same run)::
 
     entries per append    1                               10

@@ -23,7 +23,7 @@ from typing import Any
 import gevent
 import gevent.event
 
-from brokerlet.actors.stats import Rate
+from brokerlet.dispatch.stats import Rate
 from brokerlet.storage.ledger import Entry, Ledger
 from brokerlet.transport.protocol import ProtocolError, parse_metadata
 

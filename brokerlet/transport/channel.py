@@ -20,12 +20,18 @@ received them; only an application-level acknowledgement says that.
 Backpressure only reaches the watermarks if the kernel's buffers are bounded; see
 :mod:`brokerlet.transport.sockopts`.
 
+Over TLS there is no vectored write (an ``SSLSocket`` has no ``sendmsg``): the writer joins
+the gathered buffers into one record-sized send instead, and retries it unchanged after a
+timeout, as OpenSSL requires. Completions then mean "encrypted and handed to the kernel";
+watermarks and writability work the same.
+
 Everything here runs on one gevent hub; a channel is not thread-safe.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -34,6 +40,7 @@ from itertools import islice
 import gevent
 import gevent.event
 import gevent.socket
+import gevent.ssl
 
 __all__ = ["BytesLike", "Channel", "ChannelClosed", "ChannelStatistics", "WriteCallback"]
 
@@ -46,6 +53,8 @@ WriteCallback = Callable[[BaseException | None], None]
 MAX_IOVECS = 1024
 # Enough to fill a loopback send buffer in one call without building huge iovec lists.
 MAX_SEND_BYTES = 256 * 1024
+# Over TLS the gathered buffers are copied into one send: a few records at a time.
+MAX_TLS_SEND_BYTES = 64 * 1024
 
 
 class ChannelClosed(Exception):  # noqa: N818 -- reads as a state, like trio's ClosedResourceError
@@ -184,6 +193,9 @@ class Channel:
             raise ValueError("the channel needs a socket in blocking mode, not timeout 0")
         self.name = name
         self._sock = sock
+        # SSL sockets have no sendmsg: they take the joined-buffer path in _send.
+        self._vectored = not isinstance(sock, ssl.SSLSocket | gevent.ssl.SSLSocket)
+        self._max_send = MAX_SEND_BYTES if self._vectored else MAX_TLS_SEND_BYTES
         self._high = high_watermark
         self._low = low_watermark
         self._on_writability_changed = on_writability_changed
@@ -317,12 +329,14 @@ class Channel:
             for buffer in pending.unsent():
                 buffers.append(buffer)
                 total += len(buffer)
-                if len(buffers) >= MAX_IOVECS or total >= MAX_SEND_BYTES:
+                if len(buffers) >= MAX_IOVECS or total >= self._max_send:
                     return buffers
         return buffers
 
     def _send(self, buffers: list[memoryview]) -> int | None:
         """Hand buffers to the kernel; return the bytes taken, or None once closed."""
+        if not self._vectored:
+            return self._send_joined(buffers)
         while True:
             try:
                 # Parks only this greenlet while the kernel's buffer is full.
@@ -334,6 +348,26 @@ class Channel:
                 continue
             except OSError as exc:
                 # After close() the parked send is cancelled with EBADF: not a new error.
+                if not self._closed:
+                    self._shutdown(exc)
+                return None
+            return sent
+
+    def _send_joined(self, buffers: list[memoryview]) -> int | None:
+        """The TLS path: one ``send`` of the joined buffers, retried unchanged on timeout."""
+        data: BytesLike = buffers[0] if len(buffers) == 1 else b"".join(buffers)
+        while True:
+            try:
+                sent: int = self._sock.send(data)
+            except (TimeoutError, ssl.SSLError) as exc:
+                # gevent reports a timed-out SSL write as SSLError("... timed out").
+                timed_out = isinstance(exc, TimeoutError) or "timed out" in str(exc)
+                if timed_out and not self._closed:
+                    continue
+                if not self._closed:
+                    self._shutdown(exc)
+                return None
+            except OSError as exc:
                 if not self._closed:
                     self._shutdown(exc)
                 return None

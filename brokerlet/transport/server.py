@@ -16,10 +16,10 @@ import contextlib
 import itertools
 import logging
 import socket as stdlib_socket
+import ssl
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import gevent
 import pykka
@@ -28,13 +28,17 @@ from gevent.server import StreamServer
 
 from brokerlet.actors._conflate import ConflatedTell
 from brokerlet.actors._runtime import TIME_SLICE
-from brokerlet.actors.connection import ConnectionActor, ConnectionLost, Received
-from brokerlet.actors.consumer import ConnectionHandle
-from brokerlet.actors.eventloop import WritabilityChanged
+from brokerlet.actors.broker import BrokerActor
+from brokerlet.actors.connection import ConnectionActor
+from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.actors.messages import ConnectionLost, Received, WritabilityChanged
 from brokerlet.config import Settings
+from brokerlet.dispatch.consumer import ConnectionHandle
+from brokerlet.security.service import Security
 from brokerlet.transport.channel import Channel
 from brokerlet.transport.protocol import FrameDecoder, ProtocolError, encode_command, pb
 from brokerlet.transport.sockopts import configure_socket
+from brokerlet.transport.tls import TlsHandshakeFailed, peer_certificate, wrap_server_socket
 
 __all__ = ["FRAME_PADDING", "Server"]
 
@@ -51,24 +55,41 @@ _PING = encode_command(pb.BaseCommand(type=pb.BaseCommand.PING, ping=pb.CommandP
 
 
 class Server:
-    """Accepts Pulsar connections on ``settings.host``/``settings.port``."""
+    """Accepts Pulsar connections on ``settings.host``/``settings.port``.
+
+    With ``tls_context`` it is the ``pulsar+ssl`` listener instead, on
+    ``settings.broker_service_port_tls``: each connection's TLS handshake must finish within
+    ``tls_handshake_timeout_seconds``, and its lookups answer ``advertised_url_tls`` too.
+    ``limits_shared_with`` makes the connection caps count both listeners together.
+    """
 
     def __init__(
         self,
         settings: Settings,
         *,
-        broker: Any,
-        event_loops: list[Any],
+        broker: pykka.ActorRef[BrokerActor],
+        event_loops: list[pykka.ActorRef[EventLoopActor]],
         advertised_url: Callable[[], str],
+        tls_context: ssl.SSLContext | None = None,
+        advertised_url_tls: Callable[[], str] | None = None,
+        security: Security | None = None,
+        limits_shared_with: Server | None = None,
     ) -> None:
         self.settings = settings
         self.broker = broker
         self.event_loops = event_loops
         self._advertised_url = advertised_url
+        self._tls_context = tls_context
+        self._advertised_url_tls = advertised_url_tls
+        self._security = security
         self._next_loop = itertools.cycle(range(len(event_loops)))
         self._connections: set[socket.socket] = set()
         self._per_ip: Counter[str] = Counter()
-        self._actors: set[Any] = set()
+        if limits_shared_with is not None:
+            # One broker, one budget: the TLS listener counts against the same caps.
+            self._connections = limits_shared_with._connections
+            self._per_ip = limits_shared_with._per_ip
+        self._actors: set[pykka.ActorRef[ConnectionActor]] = set()
         self._server: StreamServer | None = None
 
     @property
@@ -85,7 +106,10 @@ class Server:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.settings.so_rcvbuf)
         if self.settings.so_sndbuf:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.settings.so_sndbuf)
-        listener.bind((self.settings.host, self.settings.port))
+        port = self.settings.port
+        if self._tls_context is not None:
+            port = self.settings.broker_service_port_tls
+        listener.bind((self.settings.host, port))
         listener.listen(self.settings.connection_backlog)
         self._server = StreamServer(listener, self._handle)
         self._server.start()
@@ -141,6 +165,19 @@ class Server:
             sndbuf=settings.so_sndbuf,
             rcvbuf=settings.so_rcvbuf,
         )
+        peer_cert = None
+        advertised_tls = ""
+        if self._tls_context is not None:
+            try:
+                sock = wrap_server_socket(
+                    self._tls_context, sock, settings.tls_handshake_timeout_seconds
+                )
+            except TlsHandshakeFailed as error:
+                log.warning("closing connection from %s: TLS handshake failed: %s", peer, error)
+                _shutdown(sock)
+                return
+            peer_cert = peer_certificate(sock)
+            advertised_tls = self._advertised_url_tls() if self._advertised_url_tls else ""
         event_loop = self.event_loops[next(self._next_loop)]
         handle = ConnectionHandle(peer=peer, channel=None, event_loop=event_loop)  # type: ignore[arg-type]
         handle.writable_notice = ConflatedTell(event_loop, WritabilityChanged(handle))
@@ -164,6 +201,9 @@ class Server:
             settings=settings,
             advertised_url=self._advertised_url(),
             close_socket=close_socket,
+            advertised_url_tls=advertised_tls,
+            security=self._security,
+            peer_cert=peer_cert,
         )
         handle.actor = actor
         self._connections.add(sock)
@@ -182,7 +222,11 @@ class Server:
             self._actors.discard(actor)
 
     def _read_loop(
-        self, sock: socket.socket, actor: Any, channel: Channel, peer: str
+        self,
+        sock: socket.socket,
+        actor: pykka.ActorRef[ConnectionActor],
+        channel: Channel,
+        peer: str,
     ) -> str | None:
         """Receive until the connection ends; returns why it ended."""
         decoder = FrameDecoder(self.settings.max_message_size + FRAME_PADDING)
@@ -211,8 +255,11 @@ class Server:
                 try:
                     frames = decoder.feed(data)
                 except ProtocolError as error:
-                    log.warning("closing connection from %s: %s", peer, error.reason)
-                    return f"protocol error: {error.reason}"
+                    reason = error.reason
+                    if data.startswith(b"\x16\x03") and self._tls_context is None:
+                        reason += " (a TLS handshake on the plain port: use the pulsar+ssl:// port)"
+                    log.warning("closing connection from %s: %s", peer, reason)
+                    return f"protocol error: {reason}"
                 if frames:
                     if not connected:
                         connected = frames[0].command.type == pb.BaseCommand.CONNECT

@@ -4,9 +4,8 @@ internalCompactionStatus; Namespaces#setCompactionThreshold)."""
 
 from __future__ import annotations
 
-from brokerlet.actors.connection import GetTopic
 from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.topic import Compact, CompactionStatus
+from brokerlet.actors.messages import Compact, CompactionStatus, GetTopic
 from brokerlet.admin.rest import AdminRequest, RestError, Route
 from brokerlet.admin.routes.namespaces import _policy_routes
 

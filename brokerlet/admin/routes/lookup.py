@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from brokerlet.admin.rest import AdminRequest, RestError, Route
 from brokerlet.admin.routes._common import store_of, topic_of
 from brokerlet.metadata.listeners import UnknownListener, parse_listeners, pick_listener
@@ -34,7 +36,8 @@ def lookup(request: AdminRequest, domain: str, tenant: str, namespace: str, topi
         raise RestError(500, str(error)) from None
     context = request.context
     broker_url = context.service_url() if context.service_url else ""
-    broker_url_tls = ""
+    service_url_tls = getattr(context, "service_url_tls", None)  # set with a TLS listener
+    broker_url_tls = (service_url_tls() or "") if service_url_tls else ""
     if listener is not None:
         broker_url = listener.service_url or ""
         broker_url_tls = listener.service_url_tls or ""
@@ -43,7 +46,7 @@ def lookup(request: AdminRequest, domain: str, tenant: str, namespace: str, topi
         "brokerUrl": broker_url,
         "brokerUrlTls": broker_url_tls,
         "httpUrl": http_url,
-        "httpUrlTls": "",
+        "httpUrlTls": _call(getattr(context, "web_service_url_tls", None)),
         "nativeUrl": broker_url,
         "brokerUrlSsl": broker_url_tls,
     }
@@ -58,3 +61,7 @@ def routes() -> list[Route]:
             auth="lookup",
         ),
     ]
+
+
+def _call(url: Callable[[], str | None] | None) -> str:
+    return (url() or "") if url is not None else ""

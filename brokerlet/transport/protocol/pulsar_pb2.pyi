@@ -562,6 +562,82 @@ class CommandConnect(_message.Message):
 Global___CommandConnect: _TypeAlias = CommandConnect  # noqa: Y015
 
 @_typing.final
+class AuthData(_message.Message):
+    """Credentials, and their refresh through AUTH_CHALLENGE / AUTH_RESPONSE."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AUTH_METHOD_NAME_FIELD_NUMBER: _builtins.int
+    AUTH_DATA_FIELD_NUMBER: _builtins.int
+    auth_method_name: _builtins.str
+    auth_data: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        auth_method_name: _builtins.str | None = ...,
+        auth_data: _builtins.bytes | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["auth_data", b"auth_data", "auth_method_name", b"auth_method_name"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth_data", b"auth_data", "auth_method_name", b"auth_method_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuthData: _TypeAlias = AuthData  # noqa: Y015
+
+@_typing.final
+class CommandAuthResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLIENT_VERSION_FIELD_NUMBER: _builtins.int
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
+    client_version: _builtins.str
+    protocol_version: _builtins.int
+    @_builtins.property
+    def response(self) -> Global___AuthData: ...
+    def __init__(
+        self,
+        *,
+        client_version: _builtins.str | None = ...,
+        response: Global___AuthData | None = ...,
+        protocol_version: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["client_version", b"client_version", "protocol_version", b"protocol_version", "response", b"response"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_version", b"client_version", "protocol_version", b"protocol_version", "response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandAuthResponse: _TypeAlias = CommandAuthResponse  # noqa: Y015
+
+@_typing.final
+class CommandAuthChallenge(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SERVER_VERSION_FIELD_NUMBER: _builtins.int
+    CHALLENGE_FIELD_NUMBER: _builtins.int
+    PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
+    server_version: _builtins.str
+    protocol_version: _builtins.int
+    @_builtins.property
+    def challenge(self) -> Global___AuthData: ...
+    def __init__(
+        self,
+        *,
+        server_version: _builtins.str | None = ...,
+        challenge: Global___AuthData | None = ...,
+        protocol_version: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["challenge", b"challenge", "protocol_version", b"protocol_version", "server_version", b"server_version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["challenge", b"challenge", "protocol_version", b"protocol_version", "server_version", b"server_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandAuthChallenge: _TypeAlias = CommandAuthChallenge  # noqa: Y015
+
+@_typing.final
 class CommandConnected(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1723,6 +1799,8 @@ class BaseCommand(_message.Message):
     ACTIVE_CONSUMER_CHANGE_FIELD_NUMBER: _builtins.int
     GET_TOPICS_OF_NAMESPACE_FIELD_NUMBER: _builtins.int
     GET_TOPICS_OF_NAMESPACE_RESPONSE_FIELD_NUMBER: _builtins.int
+    AUTH_CHALLENGE_FIELD_NUMBER: _builtins.int
+    AUTH_RESPONSE_FIELD_NUMBER: _builtins.int
     type: Global___BaseCommand.Type.ValueType
     @_builtins.property
     def connect(self) -> Global___CommandConnect: ...
@@ -1782,6 +1860,10 @@ class BaseCommand(_message.Message):
     def get_topics_of_namespace(self) -> Global___CommandGetTopicsOfNamespace: ...
     @_builtins.property
     def get_topics_of_namespace_response(self) -> Global___CommandGetTopicsOfNamespaceResponse: ...
+    @_builtins.property
+    def auth_challenge(self) -> Global___CommandAuthChallenge: ...
+    @_builtins.property
+    def auth_response(self) -> Global___CommandAuthResponse: ...
     def __init__(
         self,
         *,
@@ -1815,10 +1897,12 @@ class BaseCommand(_message.Message):
         active_consumer_change: Global___CommandActiveConsumerChange | None = ...,
         get_topics_of_namespace: Global___CommandGetTopicsOfNamespace | None = ...,
         get_topics_of_namespace_response: Global___CommandGetTopicsOfNamespaceResponse | None = ...,
+        auth_challenge: Global___CommandAuthChallenge | None = ...,
+        auth_response: Global___CommandAuthResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "get_topics_of_namespace", b"get_topics_of_namespace", "get_topics_of_namespace_response", b"get_topics_of_namespace_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "auth_challenge", b"auth_challenge", "auth_response", b"auth_response", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "get_topics_of_namespace", b"get_topics_of_namespace", "get_topics_of_namespace_response", b"get_topics_of_namespace_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "get_topics_of_namespace", b"get_topics_of_namespace", "get_topics_of_namespace_response", b"get_topics_of_namespace_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "auth_challenge", b"auth_challenge", "auth_response", b"auth_response", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "get_topics_of_namespace", b"get_topics_of_namespace", "get_topics_of_namespace_response", b"get_topics_of_namespace_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,1 @@
+"""The client processes the end-to-end sections drive a broker with."""

@@ -1,0 +1,1 @@
+"""Micro-benchmarks of single components, each runnable with ``python -m bench.micro.X``."""

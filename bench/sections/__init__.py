@@ -1,0 +1,1 @@
+"""One module per ``python -m bench --only`` section."""

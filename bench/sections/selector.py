@@ -1,0 +1,40 @@
+"""The selector section (``--only selector``): :mod:`bench.micro.selector`'s figures as rows."""
+
+from __future__ import annotations
+
+from bench.micro import selector as selector_bench
+from bench.plan import Plan, SectionResult
+from bench.report import Row, judge
+
+__all__ = ["run_selector"]
+
+
+def run_selector(plan: Plan) -> SectionResult:
+    """``bench/micro/selector.py``: snapshot against SortedDict lookups, and batch selection."""
+    print("selector: bench/micro/selector.py" + (" --quick" if plan.selector_quick else ""),
+          flush=True)
+    results = selector_bench.run(quick=plan.selector_quick)
+    section = SectionResult(data={"quick": plan.selector_quick, "results": results})
+    speedup = selector_bench.SNAPSHOT_SPEEDUP_TARGET
+    batch_target = selector_bench.BATCH_NS_TARGET
+    # One row per selector and target: the worst consumer count judged, every count shown.
+    for kind in dict.fromkeys(figures["selector"] for figures in results):
+        mine = [figures for figures in results if figures["selector"] == kind]
+        slowest = min(mine, key=lambda figures: figures["ratio"])
+        section.rows.append(_worst_row(
+            f"selector snapshot vs SortedDict, {kind}", f"{slowest['ratio']:.1f}x",
+            [f"{f['consumers']} consumers {f['ratio']:.1f}x" for f in mine], "",
+            f">= {speedup:.0f}x", judge(slowest["ratio"], at_least=speedup)))
+        costliest = max(mine, key=lambda figures: figures["batch_ns"])
+        section.rows.append(_worst_row(
+            f"  select_batch per entry, {kind}", f"{costliest['batch_ns']:.0f} ns",
+            [f"{f['consumers']} consumers {f['batch_ns']:.0f}" for f in mine], " ns",
+            f"< {batch_target:.0f} ns", judge(costliest["batch_ns"], below=batch_target)))
+    return section
+
+
+def _worst_row(
+    figure: str, value: str, per_count: list[str], unit: str, target: str, status: str
+) -> Row:
+    """A row judged on the worst consumer count, listing every count's figure."""
+    return Row(figure, value, "; ".join(per_count) + f"{unit} (worst judged)", target, status)

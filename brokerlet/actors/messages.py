@@ -1,0 +1,563 @@
+"""Every actor message, grouped by the actor that receives it.
+
+Messages are frozen dataclasses (or bare marker classes where they carry nothing); a ref in a
+message is typed with the actor it reaches. An actor that receives a message it does not
+handle raises :class:`UnexpectedMessage`: a bug of ours, never a silent drop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from brokerlet.transport.protocol import Frame, pb
+
+if TYPE_CHECKING:
+    import pykka
+
+    from brokerlet.actors.connection import ConnectionActor
+    from brokerlet.actors.dispatcher import DispatcherActor
+    from brokerlet.actors.topic import TopicActor
+    from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+    from brokerlet.storage.ledger import Entry, NewEntry
+
+__all__ = [
+    "Ack",
+    "AddConsumer",
+    "AddProducer",
+    "Append",
+    "AppendDone",
+    "AppendItem",
+    "Appended",
+    "BacklogQuotaReport",
+    "BatchWritten",
+    "CancelRead",
+    "CloseClients",
+    "CloseConsumers",
+    "CloseIdleTopics",
+    "Compact",
+    "CompactionDone",
+    "CompactionStatus",
+    "ConnectionLost",
+    "ConsumerClosedByBroker",
+    "CreateTopic",
+    "CursorState",
+    "DeleteTopic",
+    "DispatcherFailed",
+    "EntriesRead",
+    "ExpireMessages",
+    "ExpireUpTo",
+    "FindTopic",
+    "GetCursorState",
+    "GetLastEntry",
+    "GetMarkDelete",
+    "GetStats",
+    "GetTopic",
+    "IsIdle",
+    "ListTopics",
+    "LookupCheck",
+    "MarkDeleteMoved",
+    "MaybeCompact",
+    "PartitionedMetadata",
+    "PersistCursor",
+    "ReadEntries",
+    "ReadIds",
+    "ReadMore",
+    "Receipt",
+    "Received",
+    "Redeliver",
+    "RemoveConsumer",
+    "RemoveProducer",
+    "ReplayReady",
+    "ResolvePosition",
+    "Seek",
+    "SendMessages",
+    "Subscribe",
+    "SubscriptionClosed",
+    "TopicClosedByBroker",
+    "TopicFailed",
+    "TopicStats",
+    "TopicStatsPart",
+    "TopicsOfNamespace",
+    "UnexpectedMessage",
+    "UpdatePartitions",
+    "WritabilityChanged",
+    "WriteAfterMessages",
+    "WriteCompletion",
+]
+
+
+CursorState = tuple[int, list[int]]
+"""A subscription's mark-delete entry id and the entries acknowledged beyond it."""
+
+
+class UnexpectedMessage(Exception):  # noqa: N818 - named for what the receiver got
+    """An actor received a message it has no handler for."""
+
+    def __init__(self, actor: object, message: object) -> None:
+        super().__init__(f"{type(actor).__name__} has no handler for {message!r}")
+        self.actor = actor
+        self.message = message
+
+
+# BrokerActor: the topic registry.
+
+
+@dataclass(frozen=True, slots=True)
+class GetTopic:
+    """Asked: the topic's actor, created on first use.
+
+    ``recovering``: a topic found in storage at start-up, admitted without the metadata's
+    existence rules (and recorded in the metadata if it was missing there).
+    """
+
+    name: str
+    recovering: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionedMetadata:
+    """Asked: the topic's partition count (0: non-partitioned); a partitioned topic may be
+    auto-created. Raises BrokerError when refused."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class LookupCheck:
+    """Asked: returns when a binary LOOKUP of ``name`` may be answered, raises BrokerError
+    when not."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsOfNamespace:
+    """Asked: the namespace's full topic names (partitions expanded)."""
+
+    namespace: str
+    mode: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    """Asked by the admin API: record a topic (``partitions`` 0: non-partitioned)."""
+
+    name: str
+    partitions: int
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatePartitions:
+    """Asked by the admin API: grow a partitioned topic to ``partitions``."""
+
+    name: str
+    partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    """Asked by the admin API: delete a topic (or, ``partitioned``, every partition and the
+    partitioned topic's metadata). Without ``force`` a topic with producers or consumers is
+    refused (``TopicBusy``); with it they are closed first."""
+
+    name: str
+    force: bool = False
+    partitioned: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FindTopic:
+    """Asked: the topic's actor, or None for a topic the broker does not have (never creates)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListTopics:
+    """Asked: every topic's actor, by topic name."""
+
+
+class CloseIdleTopics:
+    """Close (never delete) every topic with no producer and no subscription."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicFailed:
+    """This topic actor failed: drop it, and reopen it with these cursors on next use."""
+
+    name: str
+    topic: pykka.ActorRef[TopicActor]  # the dead ref
+    cursors: dict[str, CursorState]
+
+
+# TopicActor: appends, producers, subscriptions and reads.
+
+
+@dataclass(frozen=True, slots=True)
+class AppendItem:
+    sequence_id: int
+    highest_sequence_id: int
+    entry: NewEntry | None  # None: refused before storage (see ``refusal``)
+    refusal: tuple[pb.ServerError.ValueType, str] | None = None  # None: bad checksum
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """One run of SENDs of one producer; answered with :class:`Appended`."""
+
+    reply_to: pykka.ActorRef[ConnectionActor]
+    producer_id: int
+    items: list[AppendItem]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendDone:
+    """A disk ledger's completion, brought back onto the topic actor."""
+
+    handle: Callable[[Any], None]
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class AddProducer:
+    """Asked: register a producer name (ProducerBusy if it is taken)."""
+
+    name: str
+    peer: str
+    connection: pykka.ActorRef[ConnectionActor] | None = None  # told if the topic fails
+
+
+@dataclass(frozen=True, slots=True)
+class CloseClients:
+    """Asked before a topic is deleted: how many producers and consumers are connected;
+    with ``close``, each is closed the broker's way first (CLOSE_PRODUCER / CLOSE_CONSUMER)."""
+
+    close: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveProducer:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    """Asked: the subscription's dispatcher, created on first use."""
+
+    subscription: str
+    sub_type: int
+    durable: bool
+    initial_position: int  # pb.CommandSubscribe.Latest / Earliest
+    start_message_id: tuple[int, int] | None = None
+    read_compacted: bool = False  # read the compacted view up to its horizon first
+
+
+@dataclass(frozen=True, slots=True)
+class GetLastEntry:
+    """Asked: (ledger id, last entry id); a read_compacted ``subscription`` gets the
+    compacted view's last entry while the topic's last is within the horizon."""
+
+    subscription: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvePosition:
+    """Asked: the entry id a subscription should restart at for ``message_id``."""
+
+    message_id: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStats:
+    """Asked: the topic's own part of its stats, answered at once (:class:`TopicStatsPart`);
+    the caller asks the subscriptions' dispatchers itself (``brokerlet.actors.stats_reader``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStatsPart:
+    """A topic's answer to :class:`TopicStats`."""
+
+    own: dict[str, Any]  # Pulsar's topic stats fields the topic actor keeps itself
+    last_entry_id: int
+    subscriptions: dict[str, tuple[pykka.ActorRef[DispatcherActor], int]]  # with mark-delete
+
+
+class IsIdle:
+    """Asked: whether the topic has no producer, subscription or waiting read."""
+
+
+# Data rules (issue 14): told or asked of the topic.
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireMessages:
+    """Acknowledge every entry up to ``entry_id`` on every subscription (message TTL, or the
+    admin expireMessages operation; storage/expiry.py finds the entry). ``expiry`` False: a
+    backlog-quota eviction, not counted as expired."""
+
+    entry_id: int
+    expiry: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogQuotaReport:
+    """The backlog-quota check's finding (storage/backlog_quota.py); ``evict_to`` >= 0 moves
+    the subscriptions behind it there (consumer_backlog_eviction)."""
+
+    state: Any  # storage.backlog_quota.QuotaState
+    evict_to: int = -1
+
+
+class Compact:
+    """Asked (admin PUT .../compaction): start a compaction; BrokerError when one runs."""
+
+
+class CompactionStatus:
+    """Asked: Pulsar's LongRunningProcessStatus of the last compaction."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionDone:
+    result: Any  # compaction.CompactionResult, or the error that failed it
+
+
+@dataclass(frozen=True, slots=True)
+class MaybeCompact:
+    """The compaction monitor: compact if the bytes after the horizon exceed ``threshold``."""
+
+    threshold: int
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherFailed:
+    """This dispatcher failed: restart its subscription from ``cursor`` on next use."""
+
+    subscription: str
+    dispatcher: pykka.ActorRef[DispatcherActor]  # the dead ref
+    cursor: CursorState | None  # None for a non-durable subscription: nothing to resume
+
+
+@dataclass(frozen=True, slots=True)
+class ReadEntries:
+    """Read up to ``max_entries`` from ``start``; at the end of the ledger, wait (long poll)."""
+
+    subscription: str
+    read_id: int
+    start: int
+    max_entries: int
+    max_bytes: int
+    reply_to: pykka.ActorRef[DispatcherActor]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadIds:
+    """Read these entries (a replay read)."""
+
+    subscription: str
+    read_id: int
+    entry_ids: list[int]
+    reply_to: pykka.ActorRef[DispatcherActor]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRead:
+    """Drop the subscription's waiting long-poll read ``read_id``."""
+
+    subscription: str
+    read_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class MarkDeleteMoved:
+    subscription: str
+    mark_delete: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionClosed:
+    subscription: str
+    dispatcher: pykka.ActorRef[DispatcherActor]
+    deleted: bool = False  # unsubscribed (or non-durable): forget its stored cursor too
+
+
+# ConnectionActor: what the reader greenlet decoded, receipts, broker-initiated closes.
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One received chunk of frames, from the connection's reader greenlet."""
+
+    frames: list[Frame]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLost:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    sequence_id: int
+    highest_sequence_id: int
+    ledger_id: int
+    entry_id: int  # -1 when refused; see ``error``
+    error: pb.ServerError.ValueType | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """The receipts of one :class:`Append`."""
+
+    producer_id: int
+    receipts: list[Receipt]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerClosedByBroker:
+    """The broker closed this consumer (the client reconnects)."""
+
+    consumer: Consumer
+
+
+@dataclass(frozen=True, slots=True)
+class TopicClosedByBroker:
+    """The topic failed: close your producers on it (the clients reconnect)."""
+
+    topic: pykka.ActorRef[TopicActor]  # the dead ref
+
+
+# DispatcherActor: one subscription's delivery.
+
+
+class ReadMore:
+    """The conflated read request (one instance per dispatcher, see ``ConflatedTell``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AddConsumer:
+    """Asked: join the subscription (BrokerError if the consumer may not)."""
+
+    consumer: Consumer
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveConsumer:
+    consumer: Consumer
+    unsubscribe: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EntriesRead:
+    """The answer to :class:`ReadEntries` (``replay=False``) or :class:`ReadIds`."""
+
+    read_id: int
+    entries: list[Entry] | BaseException
+    replay: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    consumer: Consumer
+    positions: Sequence[tuple[int, int]]  # (ledger id, entry id)
+    cumulative: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireUpTo:
+    """Message TTL, eviction or expireMessages (storage/expiry.py): acknowledge every entry
+    up to ``entry_id``, counting those not acknowledged yet as expired (unless ``expiry`` is
+    False: a backlog-quota eviction). Answers how many entries it acknowledged."""
+
+    entry_id: int
+    expiry: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Redeliver:
+    consumer: Consumer
+    positions: Sequence[tuple[int, int]] | None  # None: every entry pending on the consumer
+
+
+@dataclass(frozen=True, slots=True)
+class Seek:
+    """Asked: reset the subscription so ``entry_id`` is the next entry delivered.
+
+    Answers the requester's own consumers, which it closes itself before it answers the seek.
+    """
+
+    entry_id: int
+    requester: ConnectionHandle
+
+
+@dataclass(frozen=True, slots=True)
+class GetStats:
+    """Asked: the subscription's part of the topic stats."""
+
+
+class GetMarkDelete:
+    """Asked: the subscription's mark-delete entry id."""
+
+
+class GetCursorState:
+    """Asked: the subscription's :data:`CursorState`."""
+
+
+@dataclass(frozen=True, slots=True)
+class CloseConsumers:
+    """Asked: how many consumers are attached; with ``close``, also close each of them the
+    broker's way (CLOSE_CONSUMER; the client reconnects). Used before a topic is deleted."""
+
+    close: bool
+
+
+class BatchWritten:
+    """A consumer batch's write completed (sent only with the completion barrier on)."""
+
+
+class PersistCursor:
+    """Time to write the subscription's acknowledgements to its cursor store."""
+
+
+class ReplayReady:
+    """A strategy's delayed wake-up has come: replayed entries may go out now (Key_Shared:
+    draining hashes were released and the unblocking interval has passed)."""
+
+
+# EventLoopActor: a connection's I/O tasks.
+
+
+class WriteCompletion(Protocol):
+    """What a consumer batch's written bytes wake: ``request()`` is called by the writer
+    greenlet, so it must be safe from any greenlet or thread (a ``ConflatedTell`` is)."""
+
+    def request(self) -> object: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SendMessages:
+    """One consumer batch to encode and write; ``completion`` is requested once it is written."""
+
+    consumer: Consumer
+    entries: list[Entry]
+    redelivery_counts: list[int]
+    completion: WriteCompletion
+
+
+@dataclass(frozen=True, slots=True)
+class WriteAfterMessages:
+    """Frames of the connection actor that must follow every MESSAGE frame queued before them
+    on this connection (a broker-initiated CLOSE_CONSUMER, and a SEEK's answer after it)."""
+
+    connection: ConnectionHandle
+    frames: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class WritabilityChanged:
+    """The connection's channel dropped below its low watermark (conflated per connection)."""
+
+    connection: ConnectionHandle

@@ -1,0 +1,44 @@
+"""When a durable subscription's acknowledgements reach its cursor store.
+
+At most once per ``cursor_flush_ms`` whatever the ack rate (the dispatcher's timer calls
+:meth:`CursorSaver.save`), when the dispatcher starts (a new durable subscription is saved at
+once) and when it stops. An unsubscribed subscription is deleted, not saved.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from brokerlet.storage.cursor import Cursor
+
+if TYPE_CHECKING:
+    from brokerlet.storage import CursorStore
+
+__all__ = ["CursorSaver"]
+
+
+class CursorSaver:
+    __slots__ = ("_cursor", "_name", "_store", "dirty")
+
+    def __init__(self, store: CursorStore | None, name: str, cursor: Cursor) -> None:
+        self._store = store
+        self._name = name
+        self._cursor = cursor
+        self.dirty = store is not None  # a new durable subscription is saved at once
+
+    def changed(self) -> bool:
+        """The cursor moved; True if there is a store to save it to (schedule a save)."""
+        if self._store is None:
+            return False
+        self.dirty = True
+        return True
+
+    def forget(self) -> None:
+        """The subscription is deleted: nothing is to be saved any more."""
+        self.dirty = False
+
+    def save(self) -> None:
+        if self._store is not None and self.dirty:
+            self.dirty = False
+            cursor = self._cursor
+            self._store.save(self._name, cursor.mark_delete, cursor.acked_ids())

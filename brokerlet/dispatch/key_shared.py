@@ -1,0 +1,407 @@
+"""Key_Shared dispatch rules, used by a subscription's dispatcher.
+
+Messages with one key are delivered to, and stay unacked at, one consumer at a time, as
+Pulsar's ``PersistentStickyKeyDispatcherMultipleConsumers`` does. :class:`KeySharedRules`
+holds what that needs beyond a Shared dispatcher: the sticky-key selector (immutable
+snapshots, binary search), the draining-hashes tracker (PIP-379), the sticky-key hash of
+each pending or replayed entry, and the look-ahead limit. The dispatcher calls it at
+membership changes, when it reads, when it hands entries out and when entries are
+acknowledged or redelivered; all on the dispatcher actor.
+
+How ordering holds through churn:
+
+* a range that moves away from a consumer still holding unacked messages of a hash blocks
+  that hash for the new owner until those are acked or the old consumer leaves (draining);
+* while a hash has entries waiting in the replay set, newer entries of that hash wait too,
+  and within one read batch, once an entry of a hash is held back, the later ones are too;
+* a replay read whose result could overtake an entry redelivered meanwhile is discarded and
+  retried (the order guard).
+
+``allowOutOfOrderDelivery`` turns the last three off, keeping one consumer per key at a time.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from brokerlet.actors.errors import BrokerError
+from brokerlet.config import Settings
+from brokerlet.dispatch.consumer import Consumer
+from brokerlet.dispatch.delivery import DeliveryBook
+from brokerlet.dispatch.replay import ReplaySet
+from brokerlet.dispatch.strategy import (
+    BACK_OFF,
+    KEY_SHARED,
+    NOTHING,
+    Deliver,
+    ReadPlan,
+    Strategy,
+    WakeAfter,
+)
+from brokerlet.keyshared import (
+    ConsumerAssignError,
+    DrainingHashesTracker,
+    HashRange,
+    KeySharedMeta,
+    Selector,
+    make_selector,
+    sticky_key_hash,
+)
+from brokerlet.keyshared.meta import AUTO_SPLIT, STICKY
+from brokerlet.storage.ledger import Entry
+from brokerlet.transport.protocol import ProtocolError, parse_metadata, pb
+
+__all__ = ["KeySharedRules", "KeySharedStrategy", "entry_key_hash"]
+
+log = logging.getLogger(__name__)
+
+NO_KEY_HASH = sticky_key_hash(b"NONE_KEY") or 1
+"""The hash of an entry whose key cannot be read: Pulsar's ``NONE_KEY`` sticky key."""
+
+
+def entry_key_hash(entry: Entry) -> int:
+    """The 31-bit sticky-key hash of an entry, as a Pulsar broker computes it.
+
+    The key is the ordering key, else the partition key (base64-decoded when flagged), else
+    ``<producer name>-<sequence id>``. A batch carries its first message's key; producers
+    should batch by key (``batching_type=KeyBased``) for per-key routing.
+    """
+    metadata = parse_metadata(entry.data)
+    if metadata.HasField("ordering_key"):
+        key = metadata.ordering_key
+    elif metadata.HasField("partition_key"):
+        key = metadata.partition_key.encode()
+        if metadata.partition_key_b64_encoded:
+            with contextlib.suppress(ValueError):
+                key = base64.b64decode(key, validate=True)
+    else:
+        key = f"{metadata.producer_name}-{metadata.sequence_id}".encode()
+    return sticky_key_hash(key) or 1  # 0 means "no hash"
+
+
+class KeySharedRules:
+    """The Key_Shared part of one subscription's dispatcher.
+
+    Args:
+        meta: the first consumer's options; they fix the subscription's mode.
+        settings: the broker's settings (selector and look-ahead keys).
+        on_unblocked: called when a draining hash that had blocked someone is released.
+    """
+
+    def __init__(
+        self, meta: KeySharedMeta, settings: Settings, on_unblocked: Callable[[], None]
+    ) -> None:
+        self.meta = meta
+        self.settings = settings
+        self.selector: Selector[Consumer] = make_selector(
+            "STICKY" if meta.mode == STICKY else "AUTO_SPLIT",
+            use_consistent_hashing=settings.subscription_key_shared_use_consistent_hashing,
+            replica_points=settings.subscription_key_shared_consistent_hashing_replica_points,
+        )
+        self.draining: DrainingHashesTracker[Consumer] = DrainingHashesTracker(
+            lambda _hash: on_unblocked()
+        )
+        self.pending_hashes: dict[int, int] = {}  # entry id -> hash, for pending entries
+        self._key_hashes: dict[int, int] = {}  # cache for entries read but not yet pending
+        self._ranges_of: tuple[object, dict[Consumer, list[HashRange]]] = (None, {})
+        self._unparseable_logged = False
+
+    @property
+    def ordered(self) -> bool:
+        """False when the subscription allows out-of-order delivery."""
+        return not self.meta.allow_out_of_order
+
+    # Membership.
+
+    def check_compatible(self, meta: KeySharedMeta) -> None:
+        if meta.mode != self.meta.mode:
+            names: dict[int, str] = {AUTO_SPLIT: "AUTO_SPLIT", STICKY: "STICKY"}
+            raise BrokerError.consumer_busy(
+                f"Key_Shared subscription is in {names.get(self.meta.mode)} mode, "
+                f"not {names.get(meta.mode)}"
+            )
+        if meta.allow_out_of_order != self.meta.allow_out_of_order:
+            raise BrokerError.consumer_busy(
+                "Key_Shared subscription's allowOutOfOrderDelivery differs from this consumer's"
+            )
+
+    def add_consumer(self, consumer: Consumer, meta: KeySharedMeta) -> None:
+        """Give ``consumer`` its ranges; the hashes it takes from others start draining."""
+        ranges = [HashRange(start, end) for start, end in meta.ranges] or None
+        try:
+            impacted = self.selector.add(consumer, ranges)
+        except ConsumerAssignError as error:
+            raise BrokerError(pb.ConsumerAssignError, str(error)) from None
+        if not self._ranges().get(consumer):
+            log.warning("Key_Shared consumer %r got no hash range (all points collide)", consumer)
+        if self.ordered and self.meta.mode == AUTO_SPLIT:
+            for other, changes in impacted.items():
+                if other is not consumer and changes.removed:
+                    self._start_draining(other, changes.removed)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Give the ranges of a consumer whose pending entries were released to the others."""
+        self.draining.consumer_removed(consumer)
+        self.selector.remove(consumer)
+
+    def _start_draining(self, consumer: Consumer, lost: Iterable[HashRange]) -> None:
+        spans = [(r.start, r.end) for r in lost]
+        slot = self.selector.slot
+        for entry_id in consumer.pending:
+            key_hash = self.pending_hashes.get(entry_id, 0)
+            if key_hash and any(low <= slot(key_hash) <= high for low, high in spans):
+                self.draining.add_entry(consumer, key_hash)
+
+    # Hashes of entries.
+
+    def key_hash(self, entry: Entry) -> int:
+        cached = self._key_hashes.get(entry.entry_id)
+        if cached is None:
+            try:
+                cached = entry_key_hash(entry)
+            except ProtocolError as error:
+                # Stored before metadata was checked on SEND (or damaged since): one such
+                # entry must not stop the subscription. It is routed as having no key.
+                cached = NO_KEY_HASH
+                if not self._unparseable_logged:
+                    self._unparseable_logged = True
+                    log.warning(
+                        "entry %d has unparseable metadata (%s); delivered as having no key "
+                        "(logged once per subscription)",
+                        entry.entry_id,
+                        error.reason,
+                    )
+            self._key_hashes[entry.entry_id] = cached
+        return cached
+
+    def delivered(self, consumer: Consumer, entry: Entry) -> None:
+        """``entry`` is now pending at ``consumer``."""
+        self.pending_hashes[entry.entry_id] = self._key_hashes.pop(entry.entry_id, 0)
+
+    def released(self, consumer: Consumer, entry_id: int, *, closing: bool = False) -> int:
+        """``consumer``'s pending ``entry_id`` was acked or sent back; returns its hash."""
+        key_hash = self.pending_hashes.pop(entry_id, 0)
+        if key_hash:
+            self.draining.reduce_ref_count(consumer, key_hash, closing=closing)
+        return key_hash
+
+    def remember(self, entries: Iterable[Entry], replay: ReplaySet) -> None:
+        """Reuse the hashes the replay set keeps for replayed entries."""
+        for entry in entries:
+            key_hash = replay.key_hash(entry.entry_id)
+            if key_hash:
+                self._key_hashes[entry.entry_id] = key_hash
+
+    def forget_read(self, entries: Iterable[Entry]) -> None:
+        """Entries of a read that did not become pending (they went to replay)."""
+        for entry in entries:
+            self._key_hashes.pop(entry.entry_id, None)
+
+    # Reading.
+
+    def look_ahead_limit(self, consumers: int) -> int:
+        """How many entries the replay set may hold before normal reads pause."""
+        s = self.settings
+        terms = [
+            t
+            for t in (
+                s.key_shared_look_ahead_msg_in_replay_threshold_per_consumer * consumers,
+                s.key_shared_look_ahead_msg_in_replay_threshold_per_subscription,
+            )
+            if t > 0
+        ]
+        if terms:
+            return min(terms)
+        unacked = [
+            t
+            for t in (
+                s.max_unacked_messages_per_subscription,
+                consumers * s.max_unacked_messages_per_consumer,
+            )
+            if t > 0
+        ]
+        return min(unacked) if unacked else 2**31 - 1
+
+    def select_replay(
+        self, replay: ReplaySet, budgets: dict[Consumer, int], count: int
+    ) -> list[int]:
+        """The replay entries worth reading now, in order: skip any whose consumer cannot take
+        it (no owner, no budget, the hash draining elsewhere); the hash then stays blocked for
+        the rest of the pass."""
+        chosen: list[int] = []
+        blocked: set[int] = set()
+        select = self.selector.select
+        for entry_id in replay:
+            key_hash = replay.key_hash(entry_id)
+            if not key_hash or not self.ordered:
+                chosen.append(entry_id)
+            elif key_hash not in blocked:
+                consumer = select(key_hash)
+                if (
+                    consumer is None
+                    or budgets.get(consumer, 0) <= 0
+                    or self.draining.should_block(consumer, key_hash)
+                ):
+                    blocked.add(key_hash)
+                else:
+                    chosen.append(entry_id)
+                    budgets[consumer] -= 1
+            if len(chosen) >= count:
+                break
+        return chosen
+
+    # Handing entries out.
+
+    def assign(
+        self,
+        entries: Sequence[Entry],
+        budgets: dict[Consumer, int],
+        replay: ReplaySet,
+        *,
+        from_replay: bool,
+    ) -> tuple[dict[Consumer, list[Entry]], list[tuple[Entry, int]]]:
+        """Split a read into per-consumer batches (in entry order) and entries held back.
+
+        ``budgets`` holds each available consumer's effective permits, in messages.
+        """
+        batches: dict[Consumer, list[Entry]] = {}
+        held: list[tuple[Entry, int]] = []
+        blocked: set[int] = set()
+        key_hash = self.key_hash
+        hashes = [key_hash(entry) for entry in entries]
+        owners = self.selector.select_batch(hashes)
+        ordered = self.ordered
+        for entry, h, consumer in zip(entries, hashes, owners, strict=True):
+            if h in blocked:
+                held.append((entry, h))
+                continue
+            if consumer is None or (budget := budgets.get(consumer, 0)) <= 0:
+                blocked.add(h)
+                held.append((entry, h))
+                continue
+            if ordered and (
+                (not from_replay and replay.has_hash(h)) or self.draining.should_block(consumer, h)
+            ):
+                blocked.add(h)
+                held.append((entry, h))
+                continue
+            batches.setdefault(consumer, []).append(entry)
+            budgets[consumer] = budget - entry.num_messages
+        return batches, held
+
+    # Observability.
+
+    def consumer_stats(self, consumer: Consumer) -> dict[str, Any]:
+        ranges = self._ranges().get(consumer, [])
+        stats: dict[str, Any] = {"keyHashRanges": [f"[{r.start}, {r.end}]" for r in ranges]}
+        stats.update(self.draining.stats_for(consumer))
+        return stats
+
+    def _ranges(self) -> dict[Consumer, list[HashRange]]:
+        """Every consumer's ranges, worked out once per published snapshot (stats only)."""
+        snapshot = self.selector.snapshot
+        if self._ranges_of[0] is not snapshot:
+            self._ranges_of = (snapshot, snapshot.ranges())
+        return self._ranges_of[1]
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "keySharedMode": "STICKY" if self.meta.mode == STICKY else "AUTO_SPLIT",
+            "allowOutOfOrderDelivery": self.meta.allow_out_of_order,
+            "drainingHashesCount": len(self.draining),
+        }
+
+
+class KeySharedStrategy(Strategy):
+    """Key_Shared as a dispatcher's strategy: :class:`KeySharedRules` on the delivery book.
+
+    Reading differs from Shared in three ways: a replay read takes only the entries whose
+    consumer can take them now; a normal read looks ahead past held-back entries, but only
+    while the replay set is under the look-ahead limit (else it backs off); and a replay read
+    that could overtake an entry redelivered meanwhile is discarded (the order guard).
+    """
+
+    def __init__(
+        self,
+        book: DeliveryBook,
+        meta: KeySharedMeta,
+        settings: Settings,
+        wake_after: WakeAfter,
+    ) -> None:
+        super().__init__(book, KEY_SHARED)
+        self.tracks_entries = True
+        interval = settings.key_shared_unblocking_interval_ms
+        self.rules = KeySharedRules(meta, settings, lambda: wake_after(interval))
+        self._min_replayed = -1  # the replay set's head when the last replay read was planned
+
+    def add(self, consumer: Consumer) -> None:
+        super().add(consumer)
+        meta = consumer.key_shared or KeySharedMeta()
+        if self.book.consumers:
+            self.rules.check_compatible(meta)
+        self.rules.add_consumer(consumer, meta)
+
+    def remove(self, consumer: Consumer) -> None:
+        self.rules.remove_consumer(consumer)
+
+    def candidates(self) -> Sequence[Consumer]:
+        return self.book.consumers
+
+    def plan_read(self, batch: int) -> ReadPlan:
+        book = self.book
+        replay = book.replay
+        budgets = book.budgets()
+        if replay:
+            ids = self.rules.select_replay(replay, dict(budgets), batch)
+            if ids:
+                self._min_replayed = replay.first()
+                return ReadPlan(replay_ids=ids)
+            # Nothing in the replay set can go out now: look ahead with a normal read.
+        if book.blocked_on_unacked:
+            return NOTHING
+        limit = self.rules.look_ahead_limit(len(book.consumers))
+        if len(replay) >= limit or not any(b > 0 for b in budgets.values()):
+            return BACK_OFF
+        return ReadPlan(count=min(batch, max(limit - len(replay), 1)))
+
+    def replay_ready(self) -> bool:
+        replay = self.book.replay
+        return bool(replay) and bool(self.rules.select_replay(replay, self.book.budgets(), 1))
+
+    def replay_stale(self) -> bool:
+        replay = self.book.replay
+        return bool(replay) and replay.first() < self._min_replayed
+
+    def assign(
+        self, entries: list[Entry], deliver: Deliver, *, replay: bool
+    ) -> list[tuple[Entry, int]]:
+        rules = self.rules
+        waiting = self.book.replay
+        if replay:
+            rules.remember(entries, waiting)
+        batches, held = rules.assign(entries, self.book.budgets(), waiting, from_replay=replay)
+        for consumer, batch in batches.items():
+            deliver(consumer, batch, sum(e.num_messages for e in batch))
+        rules.forget_read(entry for entry, _ in held)
+        return held
+
+    def delivered(self, consumer: Consumer, batch: list[Entry]) -> None:
+        for entry in batch:
+            self.rules.delivered(consumer, entry)
+
+    def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:
+        return self.rules.released(consumer, entry_id, closing=closing)
+
+    def ack_scope(self) -> AbstractContextManager[object]:
+        return self.rules.draining.batch()  # one unblock notification per ACK
+
+    def consumer_stats(self, consumer: Consumer) -> dict[str, Any]:
+        return self.rules.consumer_stats(consumer)
+
+    def stats(self) -> dict[str, Any]:
+        return self.rules.stats()

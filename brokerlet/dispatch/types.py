@@ -1,0 +1,31 @@
+"""Which strategy serves which subscription type: the one place a new type is registered."""
+
+from __future__ import annotations
+
+from brokerlet.config import Settings
+from brokerlet.dispatch.consumer import Consumer
+from brokerlet.dispatch.delivery import DeliveryBook
+from brokerlet.dispatch.key_shared import KeySharedStrategy
+from brokerlet.dispatch.shared import SharedStrategy
+from brokerlet.dispatch.single_active import SingleActiveStrategy
+from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, KEY_SHARED, Strategy, WakeAfter
+from brokerlet.keyshared import KeySharedMeta
+
+__all__ = ["strategy_for"]
+
+
+def strategy_for(
+    first: Consumer,
+    book: DeliveryBook,
+    settings: Settings,
+    wake_after: WakeAfter,
+) -> Strategy:
+    """The strategy of a subscription whose first consumer is ``first``; its type (and, for
+    Key_Shared, its mode) fixes the subscription's until every consumer has left."""
+    sub_type = first.sub_type
+    if sub_type in (EXCLUSIVE, FAILOVER):
+        return SingleActiveStrategy(book, sub_type)
+    if sub_type == KEY_SHARED:
+        meta = first.key_shared or KeySharedMeta()
+        return KeySharedStrategy(book, meta, settings, wake_after)
+    return SharedStrategy(book, settings.dispatcher_max_round_robin_batch_size)

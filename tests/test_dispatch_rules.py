@@ -1,0 +1,338 @@
+"""dispatch/ without an actor or a socket: strategies, the delivery book, shared token buckets,
+the layout rule that keeps gevent out; and the actors' own rules: refusing messages they do
+not handle, a broker-initiated close ordered after the consumer's queued messages, and stats
+that never hold a topic actor up."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gevent.event
+import pykka
+import pytest
+
+from brokerlet.actors import stats_reader
+from brokerlet.actors._runtime import GeventActor
+from brokerlet.actors.broker import BrokerActor
+from brokerlet.actors.connection import ConnectionActor
+from brokerlet.actors.eventloop import EventLoopActor
+from brokerlet.actors.messages import (
+    AddConsumer,
+    ConsumerClosedByBroker,
+    GetLastEntry,
+    SendMessages,
+    Subscribe,
+    UnexpectedMessage,
+)
+from brokerlet.actors.topic import TopicActor
+from brokerlet.config import load_settings
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+from brokerlet.dispatch.delivery import DeliveryBook
+from brokerlet.dispatch.ratelimit import TokenBucket
+from brokerlet.dispatch.shared import SharedStrategy
+from brokerlet.dispatch.single_active import SingleActiveStrategy
+from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, SHARED
+from brokerlet.storage import MemoryLedger
+from brokerlet.storage.cursor import Cursor
+from brokerlet.storage.ledger import Entry
+from brokerlet.transport.protocol import FrameDecoder, pb
+from tests.dispatch_harness import Block, FakeChannel, Harness, Noop, make_entry
+
+DISPATCH = Path(__file__).resolve().parent.parent / "brokerlet" / "dispatch"
+
+
+def make_book(durable: bool = True) -> DeliveryBook:
+    return DeliveryBook(load_settings(env={}), Cursor(-1), durable=durable, writability_gating=True)
+
+
+def join(
+    book: DeliveryBook, name: str, sub_type: int, priority: int = 0, permits: int = 0
+) -> Consumer:
+    handle = ConnectionHandle(peer=name, channel=FakeChannel(), event_loop=None)  # type: ignore[arg-type]
+    consumer = Consumer(len(book.consumers) + 1, name, "t", "s", sub_type, priority, handle)
+    consumer.flow(permits)
+    book.consumers.append(consumer)
+    book.consumers.sort(key=lambda c: c.priority)
+    return consumer
+
+
+def entries(count: int) -> list[Entry]:
+    return [Entry(1, i, b"x", 0, 1) for i in range(count)]
+
+
+class Recorder:
+    def __init__(self, book: DeliveryBook) -> None:
+        self.book = book
+        self.batches: list[tuple[str, list[int]]] = []
+
+    def __call__(self, consumer: Consumer, batch: list[Entry], messages: int) -> None:
+        self.book.record(consumer, batch, messages)
+        self.batches.append((consumer.name, [e.entry_id for e in batch]))
+
+
+def test_shared_hands_out_round_robin_chunks_within_each_budget() -> None:
+    book = make_book()
+    join(book, "a", SHARED, permits=100)
+    join(book, "b", SHARED, permits=3)
+    deliver = Recorder(book)
+    held = SharedStrategy(book, chunk=2).assign(entries(9), deliver, replay=False)
+    assert deliver.batches == [
+        ("a", [0, 1]),
+        ("b", [2, 3]),
+        ("a", [4, 5]),
+        ("b", [6]),
+        ("a", [7, 8]),
+    ]
+    assert held == []
+
+
+def test_shared_serves_a_higher_priority_level_only_when_the_lower_cannot_take_any() -> None:
+    book = make_book()
+    low = join(book, "low", SHARED, priority=0, permits=2)
+    join(book, "high", SHARED, priority=1, permits=10)
+    deliver = Recorder(book)
+    SharedStrategy(book, chunk=10).assign(entries(5), deliver, replay=False)
+    assert deliver.batches == [("low", [0, 1]), ("high", [2, 3, 4])]
+    assert low.permits == 0
+
+
+def test_failover_picks_the_lowest_priority_then_the_lowest_name_and_moves_pending() -> None:
+    book = make_book()
+    strategy = SingleActiveStrategy(book, FAILOVER)
+    zed = join(book, "zed", FAILOVER, permits=10)
+    assert strategy.membership_changed() is None
+    assert strategy.candidates() == (zed,)
+    deliver = Recorder(book)
+    strategy.assign(entries(3), deliver, replay=False)
+    assert deliver.batches == [("zed", [0, 1, 2])]
+    alpha = join(book, "alpha", FAILOVER)
+    assert strategy.membership_changed() is zed, "zed's unacked entries must move to alpha"
+    assert strategy.candidates() == (alpha,)
+    join(book, "first", FAILOVER, priority=-1)
+    strategy.membership_changed()
+    assert strategy.active is not None
+    assert strategy.active.name == "first"
+
+
+def test_exclusive_refuses_a_second_consumer() -> None:
+    book = make_book()
+    strategy = SingleActiveStrategy(book, EXCLUSIVE)
+    first = join(book, "first", EXCLUSIVE)
+    strategy.membership_changed()
+    with pytest.raises(Exception, match="Exclusive consumer is already connected"):
+        strategy.add(Consumer(9, "second", "t", "s", EXCLUSIVE, 0, first.connection))
+
+
+def test_the_unacked_limit_blocks_a_consumer_until_acks_bring_it_to_half() -> None:
+    settings = load_settings(env={}, overrides={"max_unacked_messages_per_consumer": 4})
+    book = DeliveryBook(settings, Cursor(-1), durable=True, writability_gating=True)
+    consumer = join(book, "c", SHARED, permits=100)
+    assert book.budget(consumer) == 4
+    book.record(consumer, entries(4), 4)
+    assert consumer.blocked
+    assert not book.available(consumer)
+    book.ack([0], cumulative=False)
+    assert consumer.blocked, "3 unacked is above half the limit"
+    book.ack([1], cumulative=False)
+    assert not consumer.blocked
+    assert book.available(consumer)
+
+
+def test_a_shared_token_bucket_loses_no_charge_to_racing_threads() -> None:
+    """Topic and broker buckets are charged by many dispatchers: the bucket's lock must hold
+    on real threads (with a frozen clock nothing refills, so every charge must show)."""
+    bucket = TokenBucket(1_000_000, clock=lambda: 0.0)
+    threads = [
+        threading.Thread(target=lambda: [bucket.charge(1) for _ in range(20_000)]) for _ in range(8)
+    ]
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as CPython allows
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        sys.setswitchinterval(previous)
+    assert not any(t.is_alive() for t in threads)
+    assert bucket.tokens == 1_000_000 - 8 * 20_000
+
+
+def test_dispatch_modules_import_nothing_from_gevent() -> None:
+    """dispatch/ is runtime-free: no gevent, and Pykka or the actors only for type names."""
+    for path in sorted(DISPATCH.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        type_only: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
+                type_only.update(id(child) for child in ast.walk(node))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Import | ast.ImportFrom) or id(node) in type_only:
+                continue
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+            for name in names:
+                assert not name.startswith("gevent"), f"{path.name} imports {name}"
+                assert not name.startswith("pykka"), f"{path.name} imports {name}"
+                allowed = name == "brokerlet.actors.errors"
+                assert allowed or not name.startswith("brokerlet.actors"), f"{path.name}: {name}"
+
+
+class Unknown:
+    def __repr__(self) -> str:
+        return "<Unknown>"
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    h = Harness(GeventActor)
+    yield h
+    h.stop()
+
+
+def test_every_actor_refuses_a_message_it_has_no_handler_for(harness: Harness) -> None:
+    settings = load_settings(env={})
+    broker = BrokerActor.start(settings)
+    loop = EventLoopActor.start(0)
+    handle = ConnectionHandle(peer="p", channel=FakeChannel(), event_loop=loop)  # type: ignore[arg-type]
+    refs: list[pykka.ActorRef[pykka.Actor]] = [
+        broker,
+        loop,
+        TopicActor.start("persistent://public/default/t", MemoryLedger(1), settings),
+        ConnectionActor.start(
+            handle=handle,
+            broker=broker,
+            settings=settings,
+            advertised_url="pulsar://127.0.0.1:6650",
+            close_socket=lambda _reason: None,
+        ),
+    ]
+    try:
+        for ref in [*refs, harness.dispatcher]:
+            with pytest.raises(UnexpectedMessage, match="has no handler for <Unknown>"):
+                ref.ask(Unknown(), block=True, timeout=5)
+    finally:
+        for ref in reversed(refs):
+            ref.stop(block=True, timeout=5)
+
+
+class RecordingChannel:
+    """Records each write's bytes, in the order the channel would send them."""
+
+    def __init__(self) -> None:
+        self.writable = True
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes | list[bytes], callback: Any = None) -> None:
+        self.writes.append(data if isinstance(data, bytes) else b"".join(data))
+        if callback is not None:
+            callback(None)
+
+
+class HoldableLoop(EventLoopActor):
+    def on_receive(self, message: Any) -> None:
+        if isinstance(message, Block):
+            message.entered.set()
+            message.release.wait(10)
+        elif not isinstance(message, Noop):
+            super().on_receive(message)
+
+
+@dataclass(frozen=True)
+class Register:
+    consumer: Consumer
+
+
+class ConnectionWithConsumer(ConnectionActor):
+    """A connection actor that is handed a consumer without a SUBSCRIBE round trip."""
+
+    def on_receive(self, message: Any) -> None:
+        if isinstance(message, Register):
+            self.consumers[message.consumer.consumer_id] = message.consumer
+        else:
+            super().on_receive(message)
+
+
+class NoCompletion:
+    def request(self) -> None:
+        pass
+
+
+def test_a_broker_initiated_close_follows_the_consumers_queued_messages() -> None:
+    """CLOSE_CONSUMER goes through the connection's event loop, behind the MESSAGE frames
+    already queued there for the consumer, so the client never sees a message after the
+    close of its consumer."""
+    settings = load_settings(env={})
+    channel = RecordingChannel()
+    loop = HoldableLoop.start(0)
+    handle = ConnectionHandle(peer="p", channel=channel, event_loop=loop)  # type: ignore[arg-type]
+    broker = BrokerActor.start(settings)
+    connection = ConnectionWithConsumer.start(
+        handle=handle,
+        broker=broker,
+        settings=settings,
+        advertised_url="pulsar://127.0.0.1:6650",
+        close_socket=lambda _reason: None,
+    )
+    consumer = Consumer(1, "c", "t", "s", SHARED, 0, handle)
+    try:
+        connection.ask(Register(consumer), block=True, timeout=5)
+        entered, release = gevent.event.Event(), gevent.event.Event()
+        loop.tell(Block(entered, release))
+        assert entered.wait(5)
+        loop.tell(SendMessages(consumer, [make_entry(0)], [0], NoCompletion()))
+        connection.ask(ConsumerClosedByBroker(consumer), block=True, timeout=5)
+        release.set()
+        loop.ask(Noop(), block=True, timeout=5)
+        decoder = FrameDecoder(1 << 20)
+        kinds = [f.command.type for write in channel.writes for f in decoder.feed(write)]
+        assert kinds == [pb.BaseCommand.MESSAGE, pb.BaseCommand.CLOSE_CONSUMER]
+    finally:
+        for ref in (connection, broker, loop):
+            ref.stop(block=True, timeout=5)
+
+
+class SlowStatsChannel(FakeChannel):
+    """A channel whose statistics wait for ``release``: a dispatcher asked for stats is busy."""
+
+    def __init__(self, entered: Any, release: Any) -> None:
+        super().__init__()
+        self.entered = entered
+        self.release = release
+
+    def statistics(self) -> Any:
+        self.entered.set()
+        self.release.wait(10)
+        return super().statistics()
+
+
+def test_a_stats_request_never_holds_the_topic_actor_while_a_dispatcher_is_busy() -> None:
+    """The topic answers its own part and the caller asks the dispatchers, so a slow
+    subscription cannot stall the topic's appends behind a /metrics scrape."""
+    settings = load_settings(env={})
+    topic = TopicActor.start("persistent://public/default/t", MemoryLedger(1), settings)
+    entered, release = gevent.event.Event(), gevent.event.Event()
+    try:
+        dispatcher = topic.ask(Subscribe("s", SHARED, True, 0), block=True)
+        handle = ConnectionHandle("p", SlowStatsChannel(entered, release), event_loop=None)  # type: ignore[arg-type]
+        dispatcher.ask(AddConsumer(Consumer(1, "c", "t", "s", SHARED, 0, handle)), block=True)
+        reader = gevent.spawn(stats_reader.of_topic, topic)
+        assert entered.wait(5), "the dispatcher never started on its stats"
+        # The dispatcher is busy with the stats; the topic must still answer at once.
+        assert topic.ask(GetLastEntry(), block=True, timeout=1) == (1, -1)
+        release.set()
+        stats = reader.get(timeout=5)
+        assert list(stats["subscriptions"]) == ["s"]
+        assert stats["subscriptions"]["s"]["consumers"][0]["consumerName"] == "c"
+    finally:
+        release.set()
+        topic.stop(block=True, timeout=5)
