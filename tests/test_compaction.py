@@ -447,3 +447,33 @@ def test_compaction_survives_sigkill_mid_way(tmp_path: Path) -> None:
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(10)
+
+
+def test_a_running_compaction_keeps_its_topic_open(tmp_path: Path) -> None:
+    # The idle-topic check closes disk topics without clients; a compaction in progress
+    # must hold its topic open, or its status (and outcome) would be lost on the way.
+    broker = Broker(
+        port=0,
+        storage="disk",
+        data_dir=str(tmp_path / "data"),
+        inactive_topic_close_interval_seconds=1,
+        compaction_cpu_share=0.02,  # slow enough to span several idle checks
+    )
+    broker.start()
+    topic = "persistent://public/default/idle-while-compacting"
+    client = client_for(broker)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for index in range(3000):
+            producer.send_async(f"v{index}".encode(), None, partition_key=f"k{index % 10}")
+        producer.flush()
+        producer.close()
+        path = "persistent/public/default/idle-while-compacting/compaction"
+        assert admin(broker, "PUT", path).status_code == 204
+        assert admin(broker, "GET", path).json()["status"] == "RUNNING"
+        poll(lambda: admin(broker, "GET", path).json()["status"] != "RUNNING", "end", 30)
+        assert admin(broker, "GET", path).json() == {"status": "SUCCESS", "lastError": ""}
+        assert len(read_compacted(client, topic)) == 10
+    finally:
+        client.close()
+        broker.stop()

@@ -85,6 +85,8 @@ def run_compaction(plan: Plan, producers: int, quick: bool) -> SectionResult:
               f"({entries:,} entries), {keys:,} keys, at {format_rate(min(fill_rates))} or more",
               flush=True)
         first = _compact(web, topics[0], 1800)
+        if first["status"] != "SUCCESS":
+            raise RuntimeError(f"compaction ended {first['status']}: {first.get('lastError')}")
         rate = entries / first["seconds"]
         print(f"compaction: {first['status']} in {first['seconds']:.1f} s: {rate:,.0f} entries/s, "
               f"{messages / first['seconds']:,.0f} messages/s", flush=True)

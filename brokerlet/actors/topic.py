@@ -155,7 +155,10 @@ class TopicActor(GeventActor):
             ResolvePosition: lambda m: self._start_of(m.message_id),
             TopicStats: lambda _: self.stats(),
             DispatcherFailed: self._dispatcher_failed,
-            IsIdle: lambda _: not (self.producers or self.subscriptions or self.waiting),
+            # A running compaction keeps the topic open: its outcome comes back here.
+            IsIdle: lambda _: not (
+                self.producers or self.subscriptions or self.waiting or self.compaction.running
+            ),
             CloseClients: self._close_clients,
             ExpireMessages: self._expire_messages,
             BacklogQuotaReport: self._backlog_quota,
