@@ -15,6 +15,7 @@ from bench.sections.backpressure import run_backpressure
 from bench.sections.compaction import run_compaction
 from bench.sections.flow import run_flow
 from bench.sections.keyshared import run_keyshared
+from bench.sections.latency import run_latency
 from bench.sections.memory import raise_file_limit, run_memory
 from bench.sections.partitions import run_partitions
 from bench.sections.selector import run_selector
@@ -28,7 +29,7 @@ __all__ = ["main"]
 
 # Client-process sections first; those that run a broker or actors in this process last.
 SECTIONS = ("throughput", "tls", "keyshared", "storage", "partitions", "compaction", "startup",
-            "memory", "backpressure", "flow", "selector")
+            "memory", "backpressure", "flow", "selector", "latency")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -66,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "backpressure": lambda: run_backpressure(plan),
         "flow": lambda: run_flow(plan),
         "selector": lambda: run_selector(plan),
+        "latency": lambda: run_latency(args.quick),
     }
     results: dict[str, object] = {"header": info, "quick": args.quick}
     rows: list[Row] = []

@@ -322,7 +322,9 @@ def test_callbacks_run_on_hub_thread_in_append_order(
 def test_interval_policy_acknowledges_before_the_sync(
     open_storage: Callable[..., DiskStorage], ops: RecordingOps
 ) -> None:
-    ledger, _ = open_storage(sync_policy="interval", sync_interval_ms=20).open_topic(TOPIC)
+    # Long enough that the periodic sync is not yet due when the second append is written
+    # (the pass that writes it would run the held sync first); short enough to wait for.
+    ledger, _ = open_storage(sync_policy="interval", sync_interval_ms=500).open_topic(TOPIC)
     append(ledger, [b"opens the segment"])
     syncs = ops.syncs
     hold = threading.Event()
@@ -835,3 +837,64 @@ def test_a_crash_between_retention_deletions_keeps_the_rest_whole(
     ledger.drop_segments(2)
     assert ledger.first_entry_id == bases[3]
     assert append(ledger, [b"continues"]) == 40
+
+
+# Creating topics cheaply (issue 19).
+
+
+class DirSyncOps(RecordingOps):
+    """Also records directory syncs, by the directory's name."""
+
+    def sync_dir(self, path: str) -> None:
+        with self.lock:
+            self.events.append(("sync_dir", os.path.basename(path)))
+        super().sync_dir(path)
+
+
+def test_creating_a_topic_syncs_nothing_until_its_first_append(
+    open_storage: Callable[..., DiskStorage], tmp_path: Path
+) -> None:
+    ops = DirSyncOps()
+    storage = open_storage(file_ops=ops)
+    storage.open_topic("persistent://public/default/first")  # reserves a block of ledger ids
+    events = len(ops.events)
+    ledger, _ = storage.open_topic(TOPIC)
+    assert ops.events[events:] == []  # no file work at all until the ledger needs its files
+    assert not (tmp_path / "data" / "topics" / str(ledger.ledger_id)).exists()
+    append(ledger, [b"the first entry"])
+    syncs = [event for event in ops.events[events:] if event[0] != "write"]
+    # The topic file, the topics directory (its new ledger directory), then the segment and
+    # the ledger directory, all before the entry is acknowledged.
+    assert syncs[:2] == [("sync", "topic"), ("sync_dir", "topics")]
+    assert ("sync_dir", str(ledger.ledger_id)) in syncs
+    assert syncs[-1][0] == "sync"
+    assert syncs[-1][1].endswith(".seg")
+
+
+def test_ledger_ids_reserved_in_blocks_are_never_reused(
+    open_storage: Callable[..., DiskStorage], tmp_path: Path
+) -> None:
+    storage = open_storage()
+    ids = [storage.open_topic(f"persistent://public/default/t{i}")[0].ledger_id for i in range(3)]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == 3
+    counter = int((tmp_path / "data" / "next-ledger-id").read_text())
+    assert counter > ids[-1]  # durable before any of them was used
+    storage.close()
+    storage = open_storage()
+    newer, _ = storage.open_topic("persistent://public/default/after-restart")
+    assert newer.ledger_id >= counter
+
+
+def test_a_topic_directory_with_an_empty_topic_file_is_skipped(
+    open_storage: Callable[..., DiskStorage], tmp_path: Path
+) -> None:
+    storage = open_storage()
+    storage.open_topic(TOPIC)
+    storage.close()
+    # What a power cut before the writer synced a new topic can leave behind.
+    lost = tmp_path / "data" / "topics" / "999"
+    lost.mkdir()
+    (lost / "topic").write_bytes(b"")
+    storage = open_storage()
+    assert storage.topics() == [TOPIC]

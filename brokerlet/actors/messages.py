@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from brokerlet.transport.protocol import Frame, pb
 
@@ -196,8 +196,7 @@ class TopicFailed:
 # TopicActor: appends, producers, subscriptions and reads.
 
 
-@dataclass(frozen=True, slots=True)
-class AppendItem:
+class AppendItem(NamedTuple):  # a tuple: one per message, built cheaply
     sequence_id: int
     highest_sequence_id: int
     entry: NewEntry | None  # None: refused before storage (see ``refusal``)
@@ -398,8 +397,7 @@ class ConnectionLost:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Receipt:
+class Receipt(NamedTuple):  # a tuple: one per message, built cheaply
     sequence_id: int
     highest_sequence_id: int
     ledger_id: int

@@ -72,6 +72,8 @@ def run_compaction(
         horizon,
         retain_null_key=retain_null_key,
     )
-    if directory is not None:
+    # A disk topic that never stored an entry has no directory yet (it is made with the
+    # first segment), and then nothing to keep either.
+    if directory is not None and (result.view.entries or previous is not None):
         gevent.get_hub().threadpool.apply(save_view, (directory, result.view, file_ops))
     return result

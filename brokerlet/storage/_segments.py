@@ -72,6 +72,12 @@ class SegmentLog:
         dirty: written since the last sync.
         closed: no more appends.
         broken: a failed write that could not be undone; every later append fails with it.
+        uncreated: for a new ledger whose directory does not exist yet, its topic's name:
+            this thread creates the directory before the ledger's first segment, cursors
+            file or close, so opening a new topic does no file work at all.
+        unsynced: the ledger's own creation (its ``topic`` file, then the directory that
+            holds the ledger's directory) when not yet durable: synced by this thread before
+            the first segment or cursors file that depends on it, never on the hub.
     """
 
     directory: str
@@ -84,6 +90,8 @@ class SegmentLog:
     dirty: bool = False
     closed: bool = False
     broken: OSError | None = None
+    uncreated: str = ""
+    unsynced: tuple[str, ...] = ()
 
 
 class AppendJob(Job):
@@ -321,6 +329,9 @@ class LogWriter:
             ops.sync(old_fd)
             segment_log.dirty = False
             self._dirty.pop(segment_log, None)
+        self._ensure_created(segment_log)
+        if self._policy is not SyncPolicy.NEVER or old_fd is not None:
+            self._settle_creation(segment_log)
         base = segment_log.next_id
         path = os.path.join(segment_log.directory, segment_name(base))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -339,6 +350,20 @@ class LogWriter:
         segment_log.fd = fd
         segment_log.base = base
         segment_log.size = len(header)
+
+    def _settle_creation(self, segment_log: SegmentLog) -> None:
+        """Make the ledger's creation durable (once), before anything that depends on it."""
+        ops = self._ops
+        for path in segment_log.unsynced:
+            if os.path.isdir(path):
+                ops.sync_dir(path)
+            else:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    ops.sync(fd)
+                finally:
+                    os.close(fd)
+        segment_log.unsynced = ()
 
     def _sync_dirty(self) -> None:
         for segment_log in self._dirty:
@@ -369,10 +394,31 @@ class LogWriter:
         elif isinstance(job, CloseLogJob):
             self._close(job.log)
 
+    def _ensure_created(self, segment_log: SegmentLog) -> None:
+        """Create a new ledger's directory and ``topic`` file, unsynced, if not done yet."""
+        topic = segment_log.uncreated
+        if not topic:
+            return
+        directory = segment_log.directory
+        # Built under another name and renamed: a scan never sees a half-made directory.
+        building = directory + ".new"
+        os.makedirs(building, exist_ok=True)
+        fd = os.open(os.path.join(building, "topic"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(self._ops, fd, [topic.encode()], 0)
+        finally:
+            os.close(fd)
+        os.replace(building, directory)
+        segment_log.uncreated = ""
+
     def _replace_file(self, job: ReplaceFileJob) -> None:
         durable = self._policy is not SyncPolicy.NEVER
         try:
             segment_log = job.log
+            if segment_log is not None:
+                self._ensure_created(segment_log)
+            if durable and segment_log is not None and segment_log.unsynced:
+                self._settle_creation(segment_log)
             if durable and segment_log is not None and segment_log.dirty:
                 # A durable cursor must never point past durable entries: after a power loss
                 # new entries would reuse those ids and count as acknowledged.
@@ -386,6 +432,12 @@ class LogWriter:
 
     def _close(self, segment_log: SegmentLog) -> None:
         segment_log.closed = True
+        if segment_log.uncreated or segment_log.unsynced:
+            try:
+                self._ensure_created(segment_log)
+                self._settle_creation(segment_log)
+            except OSError as error:
+                log.error("ledger %d: creating its files failed: %s", segment_log.ledger_id, error)
         fd = segment_log.fd
         if fd is None:
             return

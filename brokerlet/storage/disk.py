@@ -88,6 +88,7 @@ from brokerlet.storage._segments import (
     CloseLogJob,
     DeleteFilesJob,
     LogWriter,
+    SegmentLog,
     SyncPolicy,
 )
 from brokerlet.storage._worker import HubWorker, real_lock
@@ -99,6 +100,8 @@ __all__ = ["CursorStore", "DiskLedger", "DiskStorage", "FileOps", "StorageError"
 log = logging.getLogger(__name__)
 
 STORAGE_FORMAT = 1
+LEDGER_ID_BLOCK = 64
+"""Ledger ids reserved per synced write of ``next-ledger-id``; a restart skips the rest."""
 _FORMAT_PREFIX = "brokerlet-storage "
 
 
@@ -462,7 +465,8 @@ class DiskStorage:
             self._release_lock()
             raise
         self._next_ledger_id = self._read_next_ledger_id()
-        self._create_lock = real_lock()  # creation runs on thread-pool threads
+        self._reserved_ledger_ids = self._next_ledger_id  # nothing reserved by this process yet
+        self._create_lock = real_lock()  # ledger id reservations run on thread-pool threads
         writer = LogWriter(self._ops, self.sync_policy, sync_interval_ms / 1000)
         self._writer = HubWorker(self._hub, "storage writer", writer.process, writer.deadline)
         self._reader = HubWorker(self._hub, "storage reader", read_batch)
@@ -585,9 +589,12 @@ class DiskStorage:
 
     def _open_now(self, name: str) -> DiskLedger:
         try:
-            ledger_id, directory, recovered, cursor_state = self._hub.threadpool.apply(
-                self._load_topic, (name,)
-            )
+            if name in self._known:
+                ledger_id, directory, recovered, cursor_state = self._hub.threadpool.apply(
+                    self._load_topic, (name,)
+                )
+            else:
+                ledger_id, directory, recovered, cursor_state = self._create_topic(name)
         except OSError as error:
             raise StorageError(f"topic {name!r}: cannot open: {_describe(error)}") from error
         cursors = CursorStore(
@@ -627,31 +634,42 @@ class DiskStorage:
         return ledger
 
     def _load_topic(self, name: str) -> tuple[int, str, RecoveredLedger, dict[str, CursorState]]:
-        """On a thread-pool thread: find or create the topic's directory, then recover it."""
-        with self._create_lock:
-            known = self._known.get(name)
-            if known is None:
-                known = self._create_topic(name)
-        ledger_id, directory = known
+        """On a thread-pool thread: recover a stored topic's ledger and cursors."""
+        ledger_id, directory = self._known[name]
         recovered = recover_ledger(directory, ledger_id, self._segment_bytes, self._ops, name)
         cursors = load_cursors(os.path.join(directory, "cursors"), name)
         return ledger_id, directory, recovered, cursors
 
-    def _create_topic(self, name: str) -> tuple[int, str]:
+    def _create_topic(self, name: str) -> tuple[int, str, RecoveredLedger, dict[str, CursorState]]:
+        """On the hub: a new topic's empty ledger; its files are made by the writer thread.
+
+        Nothing is written or synced here, and no thread is woken: the writer creates the
+        directory with the ledger's first segment, cursors file or close
+        (`SegmentLog.uncreated`), and syncs it before anything that depends on it
+        (`SegmentLog.unsynced`). A crash before then leaves no directory, or one without a
+        complete ``topic`` file, and no entry.
+        """
+        while self._next_ledger_id >= self._reserved_ledger_ids:
+            # The counter is durable before an id is used, so no id is ever handed out twice;
+            # reserving a block makes that one synced write (off the hub) per LEDGER_ID_BLOCK.
+            self._hub.threadpool.apply(self._reserve_ledger_ids, (self._next_ledger_id,))
         ledger_id = self._next_ledger_id
-        # The counter is durable before the id is used, so no id is ever handed out twice.
-        counter = os.path.join(self.data_dir, "next-ledger-id")
-        write_file_atomically(self._ops, counter, f"{ledger_id + 1}\n".encode(), sync=True)
         self._next_ledger_id = ledger_id + 1
         directory = os.path.join(self._topics_dir, str(ledger_id))
-        building = directory + ".new"
-        os.makedirs(building, exist_ok=True)
-        write_file_atomically(self._ops, os.path.join(building, "topic"), name.encode(), sync=True)
-        os.replace(building, directory)
-        self._ops.sync_dir(self._topics_dir)
+        segment_log = SegmentLog(directory, ledger_id, self._segment_bytes, 0)
+        segment_log.uncreated = name
+        segment_log.unsynced = (os.path.join(directory, "topic"), self._topics_dir)
         self._known[name] = (ledger_id, directory)
         log.info("created storage for topic %r (ledger %d)", name, ledger_id)
-        return ledger_id, directory
+        return ledger_id, directory, RecoveredLedger([], segment_log), {}
+
+    def _reserve_ledger_ids(self, next_id: int) -> None:
+        """On a thread-pool thread: durably reserve ids from ``next_id`` on."""
+        with self._create_lock:
+            reserved = max(self._reserved_ledger_ids, next_id) + LEDGER_ID_BLOCK
+            counter = os.path.join(self.data_dir, "next-ledger-id")
+            write_file_atomically(self._ops, counter, f"{reserved}\n".encode(), sync=True)
+            self._reserved_ledger_ids = reserved
 
     # Start-up.
 
@@ -716,8 +734,17 @@ class DiskStorage:
                 continue
             if not entry.isdigit():
                 continue
-            with open(os.path.join(path, "topic"), encoding="utf-8") as file:
-                known[file.read()] = (int(entry), path)
+            try:
+                with open(os.path.join(path, "topic"), encoding="utf-8") as file:
+                    name = file.read()
+            except FileNotFoundError:
+                name = ""
+            if not name:
+                # Created, then lost to a power cut before its first append or cursor made it
+                # durable: it never held anything. Left in place, but not a topic.
+                log.warning("ignoring %s: its topic file is missing or empty", path)
+                continue
+            known[name] = (int(entry), path)
         return known
 
     def _read_next_ledger_id(self) -> int:

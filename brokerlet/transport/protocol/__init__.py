@@ -20,6 +20,8 @@ from brokerlet.transport.protocol._batch import (
 )
 from brokerlet.transport.protocol._errors import ProtocolError
 from brokerlet.transport.protocol._fast import (
+    SendFields,
+    decode_send,
     encode_ack,
     encode_flow,
     encode_message,
@@ -57,12 +59,14 @@ __all__ = [
     "Member",
     "Payload",
     "ProtocolError",
+    "SendFields",
     "UnreadableBatchError",
     "build_entry",
     "command_body",
     "command_name",
     "crc32c",
     "decode_payload",
+    "decode_send",
     "encode_ack",
     "encode_batch",
     "encode_command",

@@ -1,21 +1,31 @@
-"""Hand-rolled encoders for the commands on the per-message hot path.
+"""Hand-rolled codecs for the commands on the per-message hot path.
 
 Building a protobuf object costs more than the rest of a MESSAGE frame put together, so
-these write the varints directly. Each produces exactly the bytes protobuf's serialiser
-would for the same field values (fields in number order, every listed field present);
-the tests compare the two byte for byte.
+the encoders write the varints directly. Each produces exactly the bytes protobuf's
+serialiser would for the same field values (fields in number order, every listed field
+present); the tests compare the two byte for byte.
+
+`decode_send` is the one hand-rolled decoder: SEND is the only command that arrives once
+per message. It reads the plain shape every client writes and declines everything else
+(unknown or rare fields, odd encodings, malformed bytes) by returning None, so that the
+protobuf path decodes, validates and rejects those exactly as before. What it accepts,
+protobuf decodes to the same field values; a differential test checks that.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import crc32c as _crc32c_lib
 
 from brokerlet.transport.protocol._payload import MAGIC_CRC32C
 
 __all__ = [
+    "SendFields",
+    "decode_send",
     "encode_ack",
     "encode_flow",
     "encode_message",
@@ -159,15 +169,26 @@ def encode_send_receipt(
     Returns:
         The frame.
     """
-    body = (
-        _producer_prefix(producer_id)
-        + _uint(sequence_id)
-        + b"\x1a"
-        + _message_id(ledger_id, entry_id)
-        + b"\x20"
-        + _uint(highest_sequence_id)
+    sequence = _uint(sequence_id)
+    # Unbatched SENDs echo their sequence id as the highest: encode it once.
+    highest = sequence if highest_sequence_id == sequence_id else _uint(highest_sequence_id)
+    message_id = _ledger_prefix(ledger_id) + _uint(entry_id)
+    body = b"".join(
+        (
+            _producer_prefix(producer_id),
+            sequence,
+            b"\x1a",
+            _ONE_BYTE_VARINTS[len(message_id)],  # at most 22 bytes
+            message_id,
+            b"\x20",
+            highest,
+        )
     )
-    return _frame(_RECEIPT_PREFIX + _uint(len(body)) + body)
+    size = len(body)
+    # A receipt body is at most 57 bytes: its length is one varint byte.
+    return b"".join(
+        (_FRAME_HEADER.pack(size + 8, size + 4), _RECEIPT_PREFIX, _ONE_BYTE_VARINTS[size], body)
+    )
 
 
 def encode_send(
@@ -243,3 +264,79 @@ def encode_ack(
         parts.append(_message_id(ledger_id, entry_id))
     body = b"".join(parts)
     return _frame(_ACK_PREFIX + _uint(len(body)) + body)
+
+
+class SendFields(NamedTuple):
+    """What the broker reads from a SEND: the CommandSend fields it acts on.
+
+    Attributes:
+        producer_id: The producer's id on its connection.
+        sequence_id: Sequence id of the (first) message.
+        num_messages: Messages in the entry (protobuf's default 1 when absent).
+        highest_sequence_id: Sequence id of a batch's last message; None when absent.
+    """
+
+    producer_id: int
+    sequence_id: int
+    num_messages: int
+    highest_sequence_id: int | None
+
+
+_INT32_LIMIT = 1 << 31
+_VARINT = rb"([\x80-\xff]{0,8}[\x00-\x7f])"  # at most nine bytes: no 64-bit overflow rules
+# type = SEND, then the send body (length below 128) with fields 1, 2, [3], [6] in number
+# order, as protobuf serialisers write them.
+_PLAIN_SEND = re.compile(
+    rb"\x08\x06\x32([\x00-\x7f])\x08"
+    + _VARINT
+    + rb"\x10"
+    + _VARINT
+    + rb"(?:\x18"
+    + _VARINT
+    + rb")?(?:\x30"
+    + _VARINT
+    + rb")?",
+    re.DOTALL,
+)
+
+
+def _varint(group: bytes) -> int:
+    if len(group) == 1:
+        return group[0]
+    value = 0
+    shift = 0
+    for byte in group:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+    return value
+
+
+def decode_send(command: bytes) -> SendFields | None:
+    """Decode a serialised BaseCommand that is a plain SEND, or decline it.
+
+    Accepted: ``type`` = SEND, then the ``send`` body as the last field; in the body
+    producer_id and sequence_id, optionally num_messages (below 2**31) and
+    highest_sequence_id, each once, in field-number order, as varints of at most nine
+    bytes. Anything else is declined.
+
+    Args:
+        command: The command's bytes (between the frame's command size and its payload).
+
+    Returns:
+        The fields, or None when the command needs the protobuf path.
+    """
+    match = _PLAIN_SEND.fullmatch(command)
+    if match is None:
+        return None
+    length, producer_id, sequence_id, num_messages, highest = match.groups()
+    if length[0] + 4 != len(command):
+        return None
+    count = 1 if num_messages is None else _varint(num_messages)
+    if count >= _INT32_LIMIT:
+        return None  # a negative or wrapped int32: protobuf's reading applies
+    return SendFields(
+        producer_id[0] if len(producer_id) == 1 else _varint(producer_id),
+        _varint(sequence_id),
+        count,
+        None if highest is None else _varint(highest),
+    )

@@ -12,12 +12,12 @@ bytes arrived and gets back complete frames.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError, Message
 
 from brokerlet.transport.protocol import pulsar_pb2 as pb
 from brokerlet.transport.protocol._errors import ProtocolError
+from brokerlet.transport.protocol._fast import SendFields, decode_send
 from brokerlet.transport.protocol._payload import MAGIC_CRC32C
 from brokerlet.transport.protocol._proto import merge_from, missing_fields
 from brokerlet.transport.protocol._text import invalid_text_field
@@ -69,21 +69,72 @@ def command_body(command: pb.BaseCommand) -> Message | None:
     return body
 
 
-@dataclass(frozen=True, slots=True)
 class Frame:
     """One decoded frame.
 
     Attributes:
-        command: The command, with its required fields and its body present.
+        type: The command's type (a ``pb.BaseCommand.Type`` value).
         payload: The raw payload section (see ``decode_payload``) for SEND and MESSAGE;
             None for every other command.
+        send: For a SEND, the fields the broker acts on; None for every other command.
         invalid_text: The path of a string field that is not valid UTF-8 (for example
             ``producer.topic``), or None; the receiver refuses such a command.
     """
 
-    command: pb.BaseCommand
-    payload: bytes | None
-    invalid_text: str | None = None
+    __slots__ = ("_command", "_raw", "invalid_text", "payload", "send", "type")
+
+    def __init__(
+        self, command: pb.BaseCommand, payload: bytes | None, invalid_text: str | None = None
+    ) -> None:
+        """A frame of an already decoded command."""
+        self._command: pb.BaseCommand | None = command
+        self._raw = b""
+        self.type: int = command.type
+        self.payload = payload
+        self.invalid_text = invalid_text
+        self.send: SendFields | None = None
+        if self.type == _SEND:
+            send = command.send
+            highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
+            self.send = SendFields(send.producer_id, send.sequence_id, send.num_messages, highest)
+
+    @classmethod
+    def _of_send(cls, raw: bytes, send: SendFields, payload: bytes) -> Frame:
+        """A SEND decoded by `decode_send`; its protobuf object is built only if asked for."""
+        frame = cls.__new__(cls)
+        frame._command = None
+        frame._raw = raw
+        frame.type = _SEND
+        frame.payload = payload
+        frame.send = send
+        frame.invalid_text = None  # SEND's strings are never read (see _text.SKIPPED_TYPES)
+        return frame
+
+    @property
+    def command(self) -> pb.BaseCommand:
+        """The command, with its required fields and its body present."""
+        command = self._command
+        if command is None:
+            # decode_send accepted these bytes, so protobuf parses them completely.
+            command = self._command = pb.BaseCommand.FromString(self._raw)
+        return command
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Frame):
+            return NotImplemented
+        return (
+            self.payload == other.payload
+            and self.invalid_text == other.invalid_text
+            and self.command == other.command
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable protobuf inside, as before
+
+    def __repr__(self) -> str:
+        return (
+            f"Frame(command={self.command!r}, payload={self.payload!r}, "
+            f"invalid_text={self.invalid_text!r})"
+        )
 
 
 class FrameDecoder:
@@ -185,6 +236,14 @@ class FrameDecoder:
                         f"{total_size} bytes"
                     )
                 command_end = offset + 8 + command_size
+                if command_size > 3 and view[offset + 9] == _SEND and view[offset + 8] == 8:
+                    # Most likely a SEND (type is field 1, a varint): try the fast decoder.
+                    raw = bytes(view[offset + 8 : command_end])
+                    send = decode_send(raw)
+                    if send is not None:
+                        frames.append(Frame._of_send(raw, send, bytes(view[command_end:frame_end])))
+                        offset = frame_end
+                        continue
                 command = _decode_command(view[offset + 8 : command_end])
                 if command.type in _PAYLOAD_TYPES:
                     payload: bytes | None = bytes(view[command_end:frame_end])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c as _crc32c_lib
 from google.protobuf.message import DecodeError
@@ -42,6 +42,8 @@ MAGIC_BROKER_ENTRY_METADATA = 0x0E02
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _MAGIC_AND_U32 = struct.Struct(">HI")
+_U32_PAIR = struct.Struct(">II")
+_CRC32C_MAGIC_BYTES = MAGIC_CRC32C.to_bytes(2, "big")
 
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
@@ -57,8 +59,7 @@ def crc32c(data: bytes | bytearray | memoryview) -> int:
     return result
 
 
-@dataclass(frozen=True, slots=True)
-class Payload:
+class Payload(NamedTuple):
     """A decoded payload section.
 
     Attributes:
@@ -90,8 +91,14 @@ def decode_payload(data: bytes) -> Payload:
     Raises:
         ProtocolError: The section is truncated or its metadata size points past its end.
     """
-    offset = 0
     size = len(data)
+    if data[:2] == _CRC32C_MAGIC_BYTES and size >= 10:
+        # What every producer sends: a checksum, then the entry. One unpack, one slice.
+        sent, metadata_size = _U32_PAIR.unpack_from(data, 2)
+        if metadata_size <= size - 10:
+            entry = bytes(data[6:])
+            return Payload(entry, sent, _crc32c_lib.crc32c(entry) == sent)
+    offset = 0
     if size >= 2 and _U16.unpack_from(data, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
         if size < 6:
             raise ProtocolError("payload ends inside the broker entry metadata header")
