@@ -18,6 +18,7 @@ from bench.sections.keyshared import run_keyshared
 from bench.sections.latency import run_latency
 from bench.sections.memory import raise_file_limit, run_memory
 from bench.sections.partitions import run_partitions
+from bench.sections.schema import run_schema
 from bench.sections.selector import run_selector
 from bench.sections.startup import run_startup
 from bench.sections.storage import run_storage
@@ -28,8 +29,21 @@ from brokerlet.testing.process import brokerlet_command
 __all__ = ["main"]
 
 # Client-process sections first; those that run a broker or actors in this process last.
-SECTIONS = ("throughput", "tls", "keyshared", "storage", "partitions", "compaction", "startup",
-            "memory", "backpressure", "flow", "selector", "latency")
+SECTIONS = (
+    "throughput",
+    "tls",
+    "keyshared",
+    "storage",
+    "partitions",
+    "compaction",
+    "startup",
+    "memory",
+    "backpressure",
+    "flow",
+    "selector",
+    "schema",
+    "latency",
+)
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -51,8 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     clients = None
     if "throughput" in chosen:
         clients = _clients_line(args.producers, plan.compare_single_producer)
-    info = system_info(command, brokerlet_command(0, data_dir="<fresh temp dir per broker>"),
-                       clients)
+    info = system_info(
+        command, brokerlet_command(0, data_dir="<fresh temp dir per broker>"), clients
+    )
     print_header(info)
 
     runners: dict[str, Callable[[], SectionResult]] = {
@@ -67,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "backpressure": lambda: run_backpressure(plan),
         "flow": lambda: run_flow(plan),
         "selector": lambda: run_selector(plan),
+        "schema": lambda: run_schema(plan),
         "latency": lambda: run_latency(args.quick),
     }
     results: dict[str, object] = {"header": info, "quick": args.quick}
@@ -104,9 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _clients_line(producers: int, compare: bool) -> str:
     """What drives the throughput runs, for the header."""
-    line = (f"{producers} producer process{'es' if producers != 1 else ''} + 1 consumer "
-            f"process ({producers + 1} processes of pulsar-client, spawned per run; this one "
-            "only coordinates)")
+    line = (
+        f"{producers} producer process{'es' if producers != 1 else ''} + 1 consumer "
+        f"process ({producers + 1} processes of pulsar-client, spawned per run; this one "
+        "only coordinates)"
+    )
     if compare and producers != 1:
         line += "; each timed run is paired with a 1-producer run for comparison"
     return line
@@ -135,16 +153,36 @@ def _parser() -> argparse.ArgumentParser:
         description="Measure brokerlet against its targets: throughput, Key_Shared, storage, "
         "start-up time, memory, backpressure, FLOW latency and Key_Shared selection.",
     )
-    parser.add_argument("--quick", action="store_true",
-                        help="small runs (a smoke test of the bench, figures indicative only)")
-    parser.add_argument("--only", action="append", choices=SECTIONS, metavar="SECTION",
-                        help=f"run only this section ({', '.join(SECTIONS)}); repeatable")
-    parser.add_argument("--producers", type=_positive, default=DEFAULT_PRODUCERS, metavar="N",
-                        help="producer processes per throughput, keyshared and storage run, "
-                        f"each sending its share (default: {DEFAULT_PRODUCERS})")
-    parser.add_argument("--profile", action="store_true",
-                        help="add an unbatched run against a broker under cProfile and print "
-                        "its top functions")
-    parser.add_argument("--json", type=Path, default=RESULTS_DIR / "latest.json", metavar="PATH",
-                        help="where to write the results (default: bench/results/latest.json)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small runs (a smoke test of the bench, figures indicative only)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=SECTIONS,
+        metavar="SECTION",
+        help=f"run only this section ({', '.join(SECTIONS)}); repeatable",
+    )
+    parser.add_argument(
+        "--producers",
+        type=_positive,
+        default=DEFAULT_PRODUCERS,
+        metavar="N",
+        help="producer processes per throughput, keyshared and storage run, "
+        f"each sending its share (default: {DEFAULT_PRODUCERS})",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="add an unbatched run against a broker under cProfile and print its top functions",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=RESULTS_DIR / "latest.json",
+        metavar="PATH",
+        help="where to write the results (default: bench/results/latest.json)",
+    )
     return parser

@@ -31,6 +31,7 @@ class Plan:
         stall_messages: Messages sent to each stall probe.
         flow_samples: FLOW latency samples per path.
         selector_quick: Whether the selector micro-benchmark runs its short version.
+        schema_rounds: Rounds of producer creations per kind in the schema section.
     """
 
     repeats: int
@@ -47,6 +48,7 @@ class Plan:
     stall_messages: int
     flow_samples: int
     selector_quick: bool
+    schema_rounds: int
 
 
 FULL = Plan(
@@ -64,6 +66,7 @@ FULL = Plan(
     stall_messages=150_000,
     flow_samples=40,
     selector_quick=False,
+    schema_rounds=200,
 )
 QUICK = Plan(
     repeats=3,
@@ -80,6 +83,7 @@ QUICK = Plan(
     stall_messages=30_000,
     flow_samples=20,
     selector_quick=True,
+    schema_rounds=40,
 )
 
 

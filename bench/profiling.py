@@ -39,15 +39,17 @@ def top_entries(path: Path, sort: str, limit: int = 25) -> list[dict[str, Any]]:
         ``tottime_s`` and ``cumtime_s``.
     """
     rows: list[dict[str, Any]] = []
-    for (filename, line, name), (_primitive, calls, tottime, cumtime, _callers) in (
-        _raw_stats(path).items()
-    ):
-        rows.append({
-            "function": f"{_trim(filename)}:{line}({name})",
-            "calls": calls,
-            "tottime_s": tottime,
-            "cumtime_s": cumtime,
-        })
+    for (filename, line, name), (_primitive, calls, tottime, cumtime, _callers) in _raw_stats(
+        path
+    ).items():
+        rows.append(
+            {
+                "function": f"{_trim(filename)}:{line}({name})",
+                "calls": calls,
+                "tottime_s": tottime,
+                "cumtime_s": cumtime,
+            }
+        )
     key = "cumtime_s" if sort == "cumulative" else "tottime_s"
     rows.sort(key=lambda row: float(row[key]), reverse=True)
     return rows[:limit]
@@ -61,9 +63,9 @@ def own_time_by_package(path: Path) -> dict[str, float]:
     from Python.
     """
     totals: dict[str, float] = {}
-    for (filename, _line, _name), (_primitive, _calls, tottime, _cumtime, _callers) in (
-        _raw_stats(path).items()
-    ):
+    for (filename, _line, _name), (_primitive, _calls, tottime, _cumtime, _callers) in _raw_stats(
+        path
+    ).items():
         package = _package(filename)
         totals[package] = totals.get(package, 0.0) + tottime
     return dict(sorted(totals.items(), key=lambda item: item[1], reverse=True))
@@ -72,8 +74,11 @@ def own_time_by_package(path: Path) -> dict[str, float]:
 def print_packages(totals: dict[str, float]) -> None:
     """Print :func:`own_time_by_package` as shares of the whole."""
     whole = sum(totals.values()) or 1.0
-    shares = ", ".join(f"{name} {seconds / whole:.0%}" for name, seconds in totals.items()
-                       if seconds / whole >= 0.005)
+    shares = ", ".join(
+        f"{name} {seconds / whole:.0%}"
+        for name, seconds in totals.items()
+        if seconds / whole >= 0.005
+    )
     print(f"own time by package ({whole:.2f} s profiled): {shares}\n", flush=True)
 
 
@@ -93,7 +98,7 @@ def _trim(filename: str) -> str:
     """A path from the package name on (``brokerlet/...``, ``gevent/...``)."""
     for prefix in _PREFIXES:
         if filename.startswith(prefix):
-            return filename[len(prefix):]
+            return filename[len(prefix) :]
     return filename
 
 
@@ -102,7 +107,7 @@ def _package(filename: str) -> str:
         return "built-ins"
     for root in (_SITE_PACKAGES, _REPO):
         if filename.startswith(root):
-            return filename[len(root):].split("/", 1)[0].removesuffix(".py")
+            return filename[len(root) :].split("/", 1)[0].removesuffix(".py")
     if filename.startswith(_STDLIB) or filename.startswith("<frozen"):
         return "stdlib"
     return "other"

@@ -151,8 +151,11 @@ def print_header(info: dict[str, Any]) -> None:
         ("command", info["command"]),
         ("date", info["date"]),
         ("machine", f"{info['platform']}; {info['cpu_model']}"),
-        ("cores", f"{info['cpu_count']} (usable here: {info['cpus_usable']}; nothing pinned); "
-                  f"load average {load}"),
+        (
+            "cores",
+            f"{info['cpu_count']} (usable here: {info['cpus_usable']}; nothing pinned); "
+            f"load average {load}",
+        ),
         ("python", info["python"]),
         ("versions", versions),
         ("git", info["git"]),
@@ -220,11 +223,19 @@ def _git_revision() -> str:
     try:
         revision = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
-            cwd=root, capture_output=True, text=True, check=True, timeout=5,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=5,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root, capture_output=True, text=True, check=True, timeout=5,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=5,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -265,5 +276,8 @@ def latency_row(label: str, good: Sequence[_Run]) -> Row:
     """The median p50 / p99 row of the successful runs, with the range of their p99s."""
     p50 = Summary.of([run.latency_p50_ms for run in good])
     p99 = Summary.of([run.latency_p99_ms for run in good])
-    return Row(label, f"{p50.median:.1f} / {p99.median:.1f} ms",
-               f"p99 {p99.low:.1f}-{p99.high:.1f} ms" if good else "")
+    return Row(
+        label,
+        f"{p50.median:.1f} / {p99.median:.1f} ms",
+        f"p99 {p99.low:.1f}-{p99.high:.1f} ms" if good else "",
+    )

@@ -95,8 +95,9 @@ class Meter:
         worst = max(range(count), key=gaps.__getitem__)
         ordered = sorted(gaps[:count])
         p999 = ordered[min(count - 1, int(0.999 * count))]
-        without_gc = max(gap - collecting for gap, collecting in zip(gaps, collections,
-                                                                   strict=False))
+        without_gc = max(
+            gap - collecting for gap, collecting in zip(gaps, collections, strict=False)
+        )
         pause, generation = max(self.gc_pauses, default=(0.0, -1))
         return {
             "ticks": count,
@@ -106,8 +107,7 @@ class Meter:
             "max_stall_gc_ms": collections[worst] * 1000,
             "max_stall_without_gc_ms": without_gc * 1000 - tick_ms,
             "p999_stall_ms": p999 * 1000 - tick_ms,
-            "stalls_over_limit": sum(1 for gap in ordered if gap * 1000 - tick_ms
-                                     > STALL_LIMIT_MS),
+            "stalls_over_limit": sum(1 for gap in ordered if gap * 1000 - tick_ms > STALL_LIMIT_MS),
             "gc_collections": len(self.gc_pauses),
             "max_gc_pause_ms": pause * 1000,
             "max_gc_pause_generation": generation,
@@ -127,13 +127,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--storage", choices=("memory", "disk"), default="disk")
     parser.add_argument("--data-dir", default="./data")
-    parser.add_argument("--sync-policy", choices=("every_batch", "interval", "never"),
-                        default="every_batch")
+    parser.add_argument(
+        "--sync-policy", choices=("every_batch", "interval", "never"), default="every_batch"
+    )
     args = parser.parse_args(argv)
 
     # The memory back-end ignores the data directory and the sync policy.
-    broker = Broker(port=0, storage=args.storage, data_dir=args.data_dir,
-                    sync_policy=args.sync_policy, web_service_enabled=False).start()
+    broker = Broker(
+        port=0,
+        storage=args.storage,
+        data_dir=args.data_dir,
+        sync_policy=args.sync_policy,
+        web_service_enabled=False,
+    ).start()
     gc.freeze()  # as `brokerlet serve` does once it is ready
     meter = Meter()
     # _hub is the broker thread's hub: the ticker must run on the loop that serves clients.

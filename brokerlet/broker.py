@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import gevent
 import gevent.event
+import gevent.lock
 import pykka
 
 from brokerlet.actors import stats_reader
@@ -33,6 +34,7 @@ from brokerlet.config import Settings, SettingsError, load_settings
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
 from brokerlet.metadata import MetadataStore
 from brokerlet.metadata.listeners import parse_listeners
+from brokerlet.schema import SchemaRegistry, TableSchemaStorage
 from brokerlet.security.authorization import PolicySource, PulsarShapedPolicies
 from brokerlet.security.http import admin_guard, start_https
 from brokerlet.security.service import Security
@@ -132,6 +134,7 @@ class Broker:
         self._broker_actor: pykka.ActorRef[BrokerActor] | None = None
         self._event_loops: list[pykka.ActorRef[EventLoopActor]] = []
         self._idle_check: gevent.Greenlet | None = None
+        self.schemas: SchemaRegistry | None = None
         self.started_at: float | None = None
         self.startup_seconds: float | None = None
 
@@ -334,8 +337,13 @@ class Broker:
             )
         else:
             self.metadata = MetadataStore(None, cluster=settings.cluster_name)
+        self.schemas = self._schema_registry(self.metadata)
         self._broker_actor = BrokerActor.start(
-            self.settings, self._storage, self.metadata, self._dispatch_options
+            self.settings,
+            self._storage,
+            self.metadata,
+            self._dispatch_options,
+            topic_deleted=self.schemas.topic_deleted,
         )
         if self._storage is not None:
             # Recover every stored topic now: torn tails are repaired and logged at start-up,
@@ -353,6 +361,7 @@ class Broker:
             event_loops=self._event_loops,
             advertised_url=lambda: self.service_url,
             security=self.security,
+            schemas=self.schemas,
         )
         self._server.start()
         if self._tls_context is not None and self.settings.broker_service_port_tls >= 0:
@@ -365,6 +374,7 @@ class Broker:
                 advertised_url_tls=lambda: self.service_url_tls or "",
                 security=self.security,
                 limits_shared_with=self._server,
+                schemas=self.schemas,
             )
             self._tls_server.start()
         if self.settings.web_service_enabled:
@@ -376,6 +386,7 @@ class Broker:
                 service_url_tls=lambda: self.service_url_tls,
                 web_service_url_tls=lambda: self.web_service_url_tls,
                 security=self.security,
+                schemas=self.schemas,
             )
             self._admin = AdminServer(
                 self.settings.host,
@@ -401,6 +412,20 @@ class Broker:
             gevent.sleep(interval)
             tell_quietly(broker, CloseIdleTopics())
 
+    def _schema_registry(self, store: MetadataStore) -> SchemaRegistry:
+        # Versions live in the metadata store's database (its migration 2), so a disk
+        # broker's schemas survive a restart with its namespaces and topics. Its writes wait
+        # for the commit cooperatively, so the registry's lock must be a gevent one.
+        def namespace_policies(namespace: str) -> dict[str, Any] | None:
+            return store.namespaces.get(namespace)
+
+        return SchemaRegistry(
+            self.settings,
+            TableSchemaStorage(store),
+            namespace_policies=namespace_policies,
+            lock=gevent.lock.Semaphore(),
+        )
+
     def _shutdown(self) -> None:
         if self._https is not None:
             self._https.stop(timeout=1.0)
@@ -421,3 +446,5 @@ class Broker:
         if self._storage is not None:
             self._storage.close()
             self._storage = None
+        if self.schemas is not None:
+            self.schemas.storage.close()

@@ -377,7 +377,6 @@ def unknown_body(frame: Any) -> bytes:
     ("request_type", "body", "reply_type", "reply_body"),
     [
         # request_id = 7; the reply: request_id, error code, message (field numbers per type).
-        (T.GET_SCHEMA, b"\x08\x07\x12\x01t", T.GET_SCHEMA_RESPONSE, b"\x08\x07\x10\x16\x1a"),
         (T.CONSUMER_STATS, b"\x08\x07\x20\x01", T.CONSUMER_STATS_RESPONSE, b"\x08\x07\x10\x16\x1a"),
         (T.NEW_TXN, b"\x08\x07", T.NEW_TXN_RESPONSE, b"\x08\x07\x20\x16\x2a"),
         (T.WATCH_TOPIC_LIST, b"\x08\x01\x10\x07", T.ERROR, b""),

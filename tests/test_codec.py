@@ -212,6 +212,34 @@ SAMPLES: list[pb.BaseCommand] = [
         active_consumer_change=pb.CommandActiveConsumerChange(consumer_id=1, is_active=True),
     ),
     T(
+        type=T.GET_SCHEMA,
+        get_schema=pb.CommandGetSchema(
+            request_id=12, topic="persistent://public/default/t", schema_version=bytes(8)
+        ),
+    ),
+    T(
+        type=T.GET_SCHEMA_RESPONSE,
+        get_schema_response=pb.CommandGetSchemaResponse(
+            request_id=12,
+            schema=pb.Schema(name="public/default/t", schema_data=b"", type=1),
+            schema_version=bytes(8),
+        ),
+    ),
+    T(
+        type=T.GET_OR_CREATE_SCHEMA,
+        get_or_create_schema=pb.CommandGetOrCreateSchema(
+            request_id=13,
+            topic="persistent://public/default/t",
+            schema=pb.Schema(name="t", schema_data=b"", type=1),
+        ),
+    ),
+    T(
+        type=T.GET_OR_CREATE_SCHEMA_RESPONSE,
+        get_or_create_schema_response=pb.CommandGetOrCreateSchemaResponse(
+            request_id=13, error_code=pb.IncompatibleSchema, error_message="no"
+        ),
+    ),
+    T(
         type=T.GET_TOPICS_OF_NAMESPACE,
         get_topics_of_namespace=pb.CommandGetTopicsOfNamespace(
             request_id=3,

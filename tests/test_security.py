@@ -596,6 +596,31 @@ def test_stats_need_the_tenant_admin_or_a_super_user(secured: Secured) -> None:
     assert get(f"{secured.https_url}/metrics").status_code == 200  # open, as in Pulsar
 
 
+def test_schema_routes_take_the_levels_of_pulsars_schemas_resource(secured: Secured) -> None:
+    # SchemasResourceBase: GET = TopicOperation.GET_METADATA (produce or consume on the
+    # namespace), POST = PRODUCE, DELETE and /compatibility = the tenant's admin.
+    base = f"{secured.https_url}/admin/v2/schemas/acme/app/schema-auth"
+    app = {"Authorization": f"Bearer {secured.token('app-role')}"}
+    stranger = {"Authorization": f"Bearer {secured.token('stranger')}"}
+    payload = {"type": "STRING", "schema": "", "properties": {}}
+
+    def call(method: str, path: str, headers: dict[str, str] | None = None, **kw: Any) -> int:
+        answer = requests.request(
+            method, base + path, headers=headers, verify=secured.pki.ca, timeout=10, **kw
+        )
+        return answer.status_code
+
+    assert call("POST", "/schema", stranger, json=payload) == 403
+    assert call("POST", "/schema", app, json=payload) == 202
+    assert call("GET", "/schema", stranger) == 403
+    assert call("GET", "/schema", app) == 200
+    assert call("GET", "/schemas", app) == 200
+    assert call("POST", "/compatibility", app, json=payload) == 403
+    assert call("POST", "/compatibility", auth=("basic-admin", "admin-pass"), json=payload) == 202
+    assert call("DELETE", "/schema", app) == 403
+    assert call("DELETE", "/schema", auth=("basic-admin", "admin-pass")) == 200
+
+
 def test_http_lookup_is_authorized_and_answers_the_tls_urls(secured: Secured) -> None:
     base = f"{secured.https_url}/lookup/v2/topic/persistent/acme"
     get = lambda url: requests.get(url, verify=secured.pki.ca, timeout=10)  # noqa: E731

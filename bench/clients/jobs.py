@@ -204,8 +204,9 @@ def run_producer(job: ProducerJob, start: Event, conn: Connection) -> None:
             conn.send(ProducerReport(error=f"create_producer failed: {error!r}"))
             return
         # Drawn before the start, so the random numbers cost the timed part nothing.
-        choices = (random.Random(job.index).choices(range(job.keys), k=job.messages)
-                   if job.keys else [])
+        choices = (
+            random.Random(job.index).choices(range(job.keys), k=job.messages) if job.keys else []
+        )
         conn.send(READY)
         if not start.wait(job.timeout):
             conn.send(ProducerReport(error="the start was never given"))
@@ -434,8 +435,11 @@ def _send_keyed_or_timed(producer: Any, job: ProducerJob, choices: list[int]) ->
                 key = choices[number]
                 sequence = sequences[key]
                 sequences[key] = sequence + 1
-                send_async(pack_keyed(now, index, key, sequence) + keyed_padding, callback,
-                           partition_key=keys[key])
+                send_async(
+                    pack_keyed(now, index, key, sequence) + keyed_padding,
+                    callback,
+                    partition_key=keys[key],
+                )
             else:
                 send_async(pack(now) + padding, callback)
             sent += 1

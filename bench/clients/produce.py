@@ -90,8 +90,16 @@ def run_produce_once(
     blank = ProduceResult(producers, messages)
     try:
         for index, share in enumerate(shares(messages, producers)):
-            job = ProducerJob(service_url, topic, share, False, MAX_PENDING, SETUP_TIMEOUT,
-                              index=index, latency_every=LATENCY_EVERY)
+            job = ProducerJob(
+                service_url,
+                topic,
+                share,
+                False,
+                MAX_PENDING,
+                SETUP_TIMEOUT,
+                index=index,
+                latency_every=LATENCY_EVERY,
+            )
             workers.append(Worker(context, f"producer {index + 1}", run_producer, (job, start)))
         collected = drive(workers, [], start, stop, timeout, broker, on_start=on_start)
     finally:

@@ -141,8 +141,9 @@ def drive(
         for worker in [*consumers, *producers]:
             greeting = worker.receive(ready_by)
             if greeting != READY:
-                return Collected(setup_error=f"the {worker.name} failed to connect: "
-                                 f"{_error_of(greeting)}")
+                return Collected(
+                    setup_error=f"the {worker.name} failed to connect: {_error_of(greeting)}"
+                )
     except NoReportError as silence:
         return Collected(setup_error=f"{silence} while connecting")
 
@@ -240,8 +241,7 @@ def machine_busy_seconds() -> float:
     """CPU seconds every core of the machine has spent busy (not idle, not waiting on I/O)."""
     times = psutil.cpu_times()
     # Guest time is already inside user and nice on Linux, so it is not added again.
-    return float(times.user + times.nice + times.system + times.irq + times.softirq
-                 + times.steal)
+    return float(times.user + times.nice + times.system + times.irq + times.softirq + times.steal)
 
 
 def share_of_core(cpu_s: float, start_ns: int, end_ns: int) -> float:
@@ -279,13 +279,18 @@ class SendWindow:
         complete = bool(reports) and all(r.last_completion_ns for r in reports)
         if expected is not None:
             complete = complete and len(reports) == expected
-        return cls(first, last, sent, sum(r.cpu_s for r in reports),
-                   rate(sent, first, last) if complete else math.nan)
+        return cls(
+            first,
+            last,
+            sent,
+            sum(r.cpu_s for r in reports),
+            rate(sent, first, last) if complete else math.nan,
+        )
 
 
-def latency_ms(reports: Sequence[ProducerReport] | Sequence[ConsumerReport]) -> tuple[
-    float, float, int
-]:
+def latency_ms(
+    reports: Sequence[ProducerReport] | Sequence[ConsumerReport],
+) -> tuple[float, float, int]:
     """p50 and p99 (milliseconds) of the latencies the reports carry, and how many."""
     latencies = array("q")
     for report in reports:

@@ -166,17 +166,19 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 f"{figures['sorted']:>12.1f}{ratio:>7.1f}x{figures['select']:>11.1f}"
                 f"{figures['batch']:>13.1f}{figures['dense']:>13.1f}{ratio_mark}{batch_mark}"
             )
-            results.append({
-                "selector": kind,
-                "consumers": count,
-                "ranges": int(figures["ranges"]),
-                "snapshot_ns": figures["snapshot"],
-                "sorted_dict_ns": figures["sorted"],
-                "ratio": ratio,
-                "select_ns": figures["select"],
-                "batch_ns": figures["batch"],
-                "dense_ns": figures["dense"],
-            })
+            results.append(
+                {
+                    "selector": kind,
+                    "consumers": count,
+                    "ranges": int(figures["ranges"]),
+                    "snapshot_ns": figures["snapshot"],
+                    "sorted_dict_ns": figures["sorted"],
+                    "ratio": ratio,
+                    "select_ns": figures["select"],
+                    "batch_ns": figures["batch"],
+                    "dense_ns": figures["dense"],
+                }
+            )
     return results
 
 

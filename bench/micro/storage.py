@@ -130,8 +130,6 @@ def run(
     return total / elapsed, latencies, stalls
 
 
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0)

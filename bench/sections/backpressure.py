@@ -128,8 +128,9 @@ def _diagnose(broker: Broker, gated: bool) -> BackpressureResult:
             time.sleep(HOLD_S)  # the observation window: the broker may keep feeding
             held = _consumer_stats(broker, topic)
             received = consumer.receive(1, MESSAGES, timeout=_TIMEOUT_S)
-    in_order = ([message.sequence_id for message in received] == list(range(MESSAGES))
-                and all(message.payload == payload for message in received))
+    in_order = [message.sequence_id for message in received] == list(range(MESSAGES)) and all(
+        message.payload == payload for message in received
+    )
     return BackpressureResult(
         gated=gated,
         seconds_to_unwritable=flipped - stored,
@@ -138,8 +139,7 @@ def _diagnose(broker: Broker, gated: bool) -> BackpressureResult:
         pending_outbound_bytes=int(held["pendingOutboundBytes"]),
         writable_after_hold=bool(held["writable"]),
         bound_consumed=int(at_flip["msgOutCounter"]) + read_batch,
-        bound_pending_bytes=broker.settings.high_watermark
-        + read_batch * (SIZE + _ENTRY_OVERHEAD),
+        bound_pending_bytes=broker.settings.high_watermark + read_batch * (SIZE + _ENTRY_OVERHEAD),
         delivered=len(received),
         in_order=in_order,
     )
@@ -164,12 +164,16 @@ def _wait_until(condition: Callable[[], bool]) -> None:
 
 # The section: ``--only backpressure``.
 
+
 def run_backpressure(plan: Plan) -> SectionResult:
     """Pulsar's paused-consumer diagnostic, gated and ungated, on brokers in this process."""
     section = SectionResult()
-    print(f"backpressure: {MESSAGES:,} unbatched 8 KiB messages, 8,192 permits, consumer "
-          "socket paused, 16 KiB SO_SNDBUF / SO_RCVBUF; hold 1 s after the flip to "
-          "unwritable", flush=True)
+    print(
+        f"backpressure: {MESSAGES:,} unbatched 8 KiB messages, 8,192 permits, consumer "
+        "socket paused, 16 KiB SO_SNDBUF / SO_RCVBUF; hold 1 s after the flip to "
+        "unwritable",
+        flush=True,
+    )
     results = {"gated": run_diagnostic(gated=True), "ungated": run_diagnostic(gated=False)}
     for label, result in results.items():
         print(f"  {label}: {_describe_backpressure(result)}", flush=True)
@@ -182,28 +186,37 @@ def run_backpressure(plan: Plan) -> SectionResult:
 def _describe_backpressure(result: BackpressureResult) -> str:
     if result.error is not None:
         return f"FAILED: {result.error}"
-    return (f"{result.consumed_at_flip} dispatched at the flip; after the hold "
-            f"{result.permits_consumed} permits consumed, "
-            f"{result.pending_outbound_bytes:,} bytes pending "
-            f"({'writable' if result.writable_after_hold else 'still unwritable'}); "
-            f"resumed: {result.delivered} delivered, "
-            f"{'in order' if result.in_order else 'NOT in order'}")
+    return (
+        f"{result.consumed_at_flip} dispatched at the flip; after the hold "
+        f"{result.permits_consumed} permits consumed, "
+        f"{result.pending_outbound_bytes:,} bytes pending "
+        f"({'writable' if result.writable_after_hold else 'still unwritable'}); "
+        f"resumed: {result.delivered} delivered, "
+        f"{'in order' if result.in_order else 'NOT in order'}"
+    )
 
 
 def _backpressure_rows(label: str, result: BackpressureResult) -> list[Row]:
     if result.error is not None:
         return [Row(f"backpressure, {label}", "n/a", result.error[:60], "", "FAILED")]
     if label == "gated":
-        target = (f"<= {result.bound_consumed} / "
-                  f"<= {format_bytes(result.bound_pending_bytes)}")
+        target = f"<= {result.bound_consumed} / <= {format_bytes(result.bound_pending_bytes)}"
         status = "MET" if result.bounded else "MISSED"
     else:
         target, status = "comparison", ""
     return [
-        Row(f"backpressure, {label}: permits consumed / pending out",
+        Row(
+            f"backpressure, {label}: permits consumed / pending out",
             f"{result.permits_consumed} / {format_bytes(result.pending_outbound_bytes)}",
-            f"{result.consumed_at_flip} dispatched at the flip", target, status),
-        Row(f"  resumed, {label}: delivered in order", f"{result.delivered:,}",
-            "in order" if result.in_order else "NOT in order", f"all {MESSAGES:,} in order",
-            "MET" if result.in_order and result.delivered == MESSAGES else "MISSED"),
+            f"{result.consumed_at_flip} dispatched at the flip",
+            target,
+            status,
+        ),
+        Row(
+            f"  resumed, {label}: delivered in order",
+            f"{result.delivered:,}",
+            "in order" if result.in_order else "NOT in order",
+            f"all {MESSAGES:,} in order",
+            "MET" if result.in_order and result.delivered == MESSAGES else "MISSED",
+        ),
     ]

@@ -87,8 +87,6 @@ def measure(path: str, samples: int) -> list[float]:
     return latencies
 
 
-
-
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=40)
@@ -114,21 +112,29 @@ if __name__ == "__main__":
 
 FLOW_P99_TARGET_MS = 0.1
 
+
 def run_flow(plan: Plan) -> SectionResult:
     """``bench/sections/flow.py``: FLOW to the permit total while the dispatcher is busy."""
     print(f"flow: bench/sections/flow.py, {plan.flow_samples} samples per path", flush=True)
     results = main(["--samples", str(plan.flow_samples)])
     direct, mailbox = results["direct"], results["mailbox"]
-    section = SectionResult(data={"samples": plan.flow_samples, "busy_ms":
-                                  BUSY_SECONDS * 1000, **results})
+    section = SectionResult(
+        data={"samples": plan.flow_samples, "busy_ms": BUSY_SECONDS * 1000, **results}
+    )
     ratio = mailbox["p99_ms"] / direct["p99_ms"] if direct["p99_ms"] > 0 else math.nan
     section.rows = [
-        Row("FLOW to permit total p50 / p99, direct",
+        Row(
+            "FLOW to permit total p50 / p99, direct",
             f"{direct['p50_ms']:.4f} / {direct['p99_ms']:.4f} ms",
             f"dispatcher busy {BUSY_SECONDS * 1000:.0f} ms",
-            f"p99 < {FLOW_P99_TARGET_MS} ms", judge(direct["p99_ms"], below=FLOW_P99_TARGET_MS)),
-        Row("  FLOW to permit total p50 / p99, mailbox",
+            f"p99 < {FLOW_P99_TARGET_MS} ms",
+            judge(direct["p99_ms"], below=FLOW_P99_TARGET_MS),
+        ),
+        Row(
+            "  FLOW to permit total p50 / p99, mailbox",
             f"{mailbox['p50_ms']:.3f} / {mailbox['p99_ms']:.3f} ms",
-            f"p99 {ratio:,.0f}x the direct path's", "comparison"),
+            f"p99 {ratio:,.0f}x the direct path's",
+            "comparison",
+        ),
     ]
     return section

@@ -71,8 +71,9 @@ class KeySharedMode:
 
 KEY_SHARED_MODES = {
     "unbatched": KeySharedMode("unbatched", batching=False, key_based=False, max_pending=1_000),
-    "key-based batching": KeySharedMode("key-based batching", batching=True, key_based=True,
-                                        max_pending=5_000),
+    "key-based batching": KeySharedMode(
+        "key-based batching", batching=True, key_based=True, max_pending=5_000
+    ),
 }
 
 
@@ -165,28 +166,47 @@ def run_key_shared_once(
     try:
         first = 0
         for index, share in enumerate(shares(consumers, consumer_processes)):
-            job = KeySharedJob(service_url, topic, "bench-key-shared", share, first,
-                               timeout + SETUP_TIMEOUT)
-            consumer_workers.append(Worker(context, f"consumer process {index + 1}",
-                                           run_key_shared_consumers,
-                                           (job, start, stop, counts[index])))
+            job = KeySharedJob(
+                service_url, topic, "bench-key-shared", share, first, timeout + SETUP_TIMEOUT
+            )
+            consumer_workers.append(
+                Worker(
+                    context,
+                    f"consumer process {index + 1}",
+                    run_key_shared_consumers,
+                    (job, start, stop, counts[index]),
+                )
+            )
             first += share
         for index, share in enumerate(shares(messages, producers)):
-            producer_job = ProducerJob(service_url, topic, share, mode.batching,
-                                       mode.max_pending, SETUP_TIMEOUT, index=index, keys=keys,
-                                       key_based_batching=mode.key_based)
-            producer_workers.append(Worker(context, f"producer {index + 1}", run_producer,
-                                           (producer_job, start)))
+            producer_job = ProducerJob(
+                service_url,
+                topic,
+                share,
+                mode.batching,
+                mode.max_pending,
+                SETUP_TIMEOUT,
+                index=index,
+                keys=keys,
+                key_based_batching=mode.key_based,
+            )
+            producer_workers.append(
+                Worker(context, f"producer {index + 1}", run_producer, (producer_job, start))
+            )
 
         def until_all_received(deadline: float) -> None:
             # Polls shared integers; the figures come from the consumers' own timestamps.
-            while (sum(count.value for count in counts) < messages and not stop.is_set()
-                   and time.monotonic() < deadline):
+            while (
+                sum(count.value for count in counts) < messages
+                and not stop.is_set()
+                and time.monotonic() < deadline
+            ):
                 time.sleep(_WATCH_INTERVAL)
             stop.set()
 
-        collected = drive(producer_workers, consumer_workers, start, stop, timeout, broker,
-                          until_all_received)
+        collected = drive(
+            producer_workers, consumer_workers, start, stop, timeout, broker, until_all_received
+        )
         return _figures(blank, collected)
     finally:
         stop.set()
@@ -246,38 +266,58 @@ KEY_SHARED_CONSUMERS = 20
 KEY_SHARED_CONSUMER_PROCESSES = 2
 KEY_SHARED_KEYS = 1_000
 
+
 def run_keyshared(plan: Plan, producers: int) -> SectionResult:
     """Unbatched and key-based batching runs, each mode on a broker of its own."""
     section = SectionResult()
     messages = plan.keyshared_messages
-    layout = (f"{producers} producer process{'es' if producers != 1 else ''}, "
-              f"{KEY_SHARED_CONSUMERS} Key_Shared consumers in "
-              f"{KEY_SHARED_CONSUMER_PROCESSES} processes, {KEY_SHARED_KEYS:,} random keys")
-    section.data["layout"] = {"producers": producers, "consumers": KEY_SHARED_CONSUMERS,
-                              "consumer_processes": KEY_SHARED_CONSUMER_PROCESSES,
-                              "keys": KEY_SHARED_KEYS, "messages": messages}
+    layout = (
+        f"{producers} producer process{'es' if producers != 1 else ''}, "
+        f"{KEY_SHARED_CONSUMERS} Key_Shared consumers in "
+        f"{KEY_SHARED_CONSUMER_PROCESSES} processes, {KEY_SHARED_KEYS:,} random keys"
+    )
+    section.data["layout"] = {
+        "producers": producers,
+        "consumers": KEY_SHARED_CONSUMERS,
+        "consumer_processes": KEY_SHARED_CONSUMER_PROCESSES,
+        "keys": KEY_SHARED_KEYS,
+        "messages": messages,
+    }
     for name, mode in KEY_SHARED_MODES.items():
         runs: list[KeySharedResult] = []
         with BrokerletProcess() as broker:
             url = broker.start().service_url
             process = psutil.Process(broker.pid)
 
-            def once(count: int, url: str = url, process: psutil.Process = process,
-                     mode: Any = mode) -> KeySharedResult:
+            def once(
+                count: int, url: str = url, process: psutil.Process = process, mode: Any = mode
+            ) -> KeySharedResult:
                 return run_key_shared_once(
-                    url, mode, count, run_timeout(count), process, producers=producers,
+                    url,
+                    mode,
+                    count,
+                    run_timeout(count),
+                    process,
+                    producers=producers,
                     consumer_processes=KEY_SHARED_CONSUMER_PROCESSES,
-                    consumers=KEY_SHARED_CONSUMERS, keys=KEY_SHARED_KEYS)
+                    consumers=KEY_SHARED_CONSUMERS,
+                    keys=KEY_SHARED_KEYS,
+                )
 
-            print(f"keyshared, {name}: {layout}; warm-up of {plan.keyshared_warmup:,} "
-                  "messages", flush=True)
+            print(
+                f"keyshared, {name}: {layout}; warm-up of {plan.keyshared_warmup:,} messages",
+                flush=True,
+            )
             warm = once(plan.keyshared_warmup)
             if warm.error is not None:
                 print(f"  warm-up failed: {warm.error}", flush=True)
             for index in range(plan.repeats):
                 result = once(messages)
-                print(f"  run {index + 1}/{plan.repeats}, {messages:,} messages: "
-                      f"{_describe_keyshared(result)}", flush=True)
+                print(
+                    f"  run {index + 1}/{plan.repeats}, {messages:,} messages: "
+                    f"{_describe_keyshared(result)}",
+                    flush=True,
+                )
                 runs.append(result)
         load = os.getloadavg()[0]
         print(f"  load average (1 min) after the {name} runs: {load:.2f}", flush=True)
@@ -301,9 +341,17 @@ def _describe_keyshared(result: KeySharedResult) -> str:
     return text if result.error is None else f"{text}; FAILED: {result.error}"
 
 
-_KEYSHARED_FIGURES = ("produce_rate", "end_to_end_rate", "latency_p50_ms", "latency_p99_ms",
-                      "busiest_consumer_share", "broker_cpu", "client_cpu", "machine_cpu",
-                      "broker_cpu_per_message_us")
+_KEYSHARED_FIGURES = (
+    "produce_rate",
+    "end_to_end_rate",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "busiest_consumer_share",
+    "broker_cpu",
+    "client_cpu",
+    "machine_cpu",
+    "broker_cpu_per_message_us",
+)
 
 
 def _summarise_keyshared(runs: list[KeySharedResult]) -> dict[str, Any]:
@@ -331,17 +379,32 @@ def _keyshared_rows(name: str, runs: list[KeySharedResult]) -> list[Row]:
     checked = sum(run.received for run in runs)
     failed = "FAILED" if failures else ""
     return [
-        Row(f"Key_Shared end-to-end, {name}", format_rate(end_to_end.median),
-            rate_range(end_to_end) + note, "", failed),
+        Row(
+            f"Key_Shared end-to-end, {name}",
+            format_rate(end_to_end.median),
+            rate_range(end_to_end) + note,
+            "",
+            failed,
+        ),
         Row(f"  produce, {name}", format_rate(produce.median), rate_range(produce)),
         latency_row(f"  latency p50 / p99, {name}", good),
-        Row(f"  CPU broker / clients / machine, {name}",
+        Row(
+            f"  CPU broker / clients / machine, {name}",
             f"{broker_cpu:.0%} / {client_cpu:.0%} / {machine_cpu:.0%}",
-            f"broker {broker_us:.1f} µs per message"),
-        Row(f"  per-key order violations, {name}", f"{violations}",
-            f"over {checked:,} messages in {len(runs)} runs", "0",
-            failed or ("MET" if violations == 0 else "MISSED")),
-        Row(f"  keys at more than one consumer, {name}", f"{spread_keys}",
-            f"busiest consumer {busiest:.2f}x an even share; {idle} idle", "0",
-            failed or ("MET" if spread_keys == 0 else "MISSED")),
+            f"broker {broker_us:.1f} µs per message",
+        ),
+        Row(
+            f"  per-key order violations, {name}",
+            f"{violations}",
+            f"over {checked:,} messages in {len(runs)} runs",
+            "0",
+            failed or ("MET" if violations == 0 else "MISSED"),
+        ),
+        Row(
+            f"  keys at more than one consumer, {name}",
+            f"{spread_keys}",
+            f"busiest consumer {busiest:.2f}x an even share; {idle} idle",
+            "0",
+            failed or ("MET" if spread_keys == 0 else "MISSED"),
+        ),
     ]

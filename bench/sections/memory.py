@@ -131,6 +131,7 @@ def measure_memory(connections: int = 1000) -> MemoryResult:
 
 PER_CONNECTION_TARGET = 100_000.0  # bytes, "< 100 KB"
 
+
 def run_memory(plan: Plan) -> SectionResult:
     """The broker's RSS idle and with ``plan.connections`` handshaken idle connections."""
     print(f"memory: RSS idle and with {plan.connections:,} idle connections", flush=True)
@@ -139,10 +140,17 @@ def run_memory(plan: Plan) -> SectionResult:
     section.rows = [
         Row("RSS, idle", format_bytes(result.idle_rss)),
         Row(f"RSS, {result.connections:,} idle connections", format_bytes(result.loaded_rss)),
-        Row("per idle connection", format_bytes(result.per_connection),
-            f"{result.per_connection:,.0f} B", f"< {PER_CONNECTION_TARGET / 1000:.0f} KB",
-            judge(result.per_connection, below=PER_CONNECTION_TARGET)),
-        Row("  marginal, after the first few", format_bytes(result.marginal_per_connection),
-            f"{result.marginal_per_connection:,.0f} B"),
+        Row(
+            "per idle connection",
+            format_bytes(result.per_connection),
+            f"{result.per_connection:,.0f} B",
+            f"< {PER_CONNECTION_TARGET / 1000:.0f} KB",
+            judge(result.per_connection, below=PER_CONNECTION_TARGET),
+        ),
+        Row(
+            "  marginal, after the first few",
+            format_bytes(result.marginal_per_connection),
+            f"{result.marginal_per_connection:,.0f} B",
+        ),
     ]
     return section

@@ -44,21 +44,37 @@ def run_partitions(plan: Plan, producers: int, quick: bool) -> SectionResult:
         process = psutil.Process(broker.pid)
         web = broker.stats_url
         lookups = _round_trips(url, web, ROUND_TRIPS[quick])
-        print(f"partitions: lookup + partitioned metadata, {ROUND_TRIPS[quick]:,} rounds: "
-              f"median {lookups['median_us']:.0f} us, p99 {lookups['p99_us']:.0f} us", flush=True)
+        print(
+            f"partitions: lookup + partitioned metadata, {ROUND_TRIPS[quick]:,} rounds: "
+            f"median {lookups['median_us']:.0f} us, p99 {lookups['p99_us']:.0f} us",
+            flush=True,
+        )
         runs: dict[str, list[RunResult]] = {"one topic": [], f"{PARTITIONS} partitions": []}
-        print(f"partitions: {mode.name}, {messages:,} messages per run, {producers} producer "
-              f"process(es), one topic and {PARTITIONS} partitions taking turns", flush=True)
+        print(
+            f"partitions: {mode.name}, {messages:,} messages per run, {producers} producer "
+            f"process(es), one topic and {PARTITIONS} partitions taking turns",
+            flush=True,
+        )
         for index in range(plan.repeats):
             for label, results in runs.items():
                 topic = _topic(web, PARTITIONS if label != "one topic" else 0)
-                result = run_once(url, mode, messages, run_timeout(messages), process,
-                                  producers=producers, topic=topic)
+                result = run_once(
+                    url,
+                    mode,
+                    messages,
+                    run_timeout(messages),
+                    process,
+                    producers=producers,
+                    topic=topic,
+                )
                 results.append(result)
-                print(f"  run {index + 1}/{plan.repeats}, {label}: end-to-end "
-                      f"{format_rate(result.end_to_end_rate)}, broker CPU "
-                      f"{result.broker_cpu:.0%}" + (f"; FAILED: {result.error}"
-                                                    if result.error else ""), flush=True)
+                print(
+                    f"  run {index + 1}/{plan.repeats}, {label}: end-to-end "
+                    f"{format_rate(result.end_to_end_rate)}, broker CPU "
+                    f"{result.broker_cpu:.0%}"
+                    + (f"; FAILED: {result.error}" if result.error else ""),
+                    flush=True,
+                )
     one = Summary.of([r.end_to_end_rate for r in runs["one topic"]])
     many = Summary.of([r.end_to_end_rate for r in runs[f"{PARTITIONS} partitions"]])
     ratio = many.median / one.median if one.median else float("nan")
@@ -70,11 +86,17 @@ def run_partitions(plan: Plan, producers: int, quick: bool) -> SectionResult:
         "ratio_partitioned_to_one_topic": ratio,
     }
     section.rows = [
-        Row("lookup + partitioned metadata round trip", f"{lookups['median_us']:.0f} us",
-            f"p99 {lookups['p99_us']:.0f} us"),
+        Row(
+            "lookup + partitioned metadata round trip",
+            f"{lookups['median_us']:.0f} us",
+            f"p99 {lookups['p99_us']:.0f} us",
+        ),
         Row("end-to-end, unbatched, one topic", format_rate(one.median), _range(one)),
-        Row(f"end-to-end, unbatched, {PARTITIONS} partitions", format_rate(many.median),
-            _range(many)),
+        Row(
+            f"end-to-end, unbatched, {PARTITIONS} partitions",
+            format_rate(many.median),
+            _range(many),
+        ),
         Row(f"  {PARTITIONS} partitions / one topic", f"{ratio:.2f}x"),
     ]
     section.failed = any(r.error is not None for rs in runs.values() for r in rs)
@@ -88,8 +110,9 @@ def _range(summary: Summary) -> str:
 def _topic(web: str, partitions: int) -> str:
     local = f"public/default/bench-partitions-{uuid.uuid4().hex[:12]}"
     if partitions:
-        reply = requests.put(f"{web}/admin/v2/persistent/{local}/partitions", json=partitions,
-                             timeout=10)
+        reply = requests.put(
+            f"{web}/admin/v2/persistent/{local}/partitions", json=partitions, timeout=10
+        )
         reply.raise_for_status()
     return f"persistent://{local}"
 
@@ -114,23 +137,43 @@ def _round_trips(service_url: str, web: str, rounds: int) -> dict[str, Any]:
 
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(encode_command(T(type=T.CONNECT, connect=pb.CommandConnect(
-            client_version=f"bench-{__version__}", protocol_version=21))))
+        sock.sendall(
+            encode_command(
+                T(
+                    type=T.CONNECT,
+                    connect=pb.CommandConnect(
+                        client_version=f"bench-{__version__}", protocol_version=21
+                    ),
+                )
+            )
+        )
         expect(T.CONNECTED)
         ids = itertools.count(1)
         samples = []
         for _ in range(rounds):
             began = time.perf_counter()
-            sock.sendall(encode_command(T(
-                type=T.PARTITIONED_METADATA,
-                partitioned_metadata=pb.CommandPartitionedTopicMetadata(
-                    topic=topic, request_id=next(ids)))))
+            sock.sendall(
+                encode_command(
+                    T(
+                        type=T.PARTITIONED_METADATA,
+                        partitioned_metadata=pb.CommandPartitionedTopicMetadata(
+                            topic=topic, request_id=next(ids)
+                        ),
+                    )
+                )
+            )
             answer = expect(T.PARTITIONED_METADATA_RESPONSE).partitioned_metadata_response
             assert answer.partitions == PARTITIONS, answer
-            sock.sendall(encode_command(T(
-                type=T.LOOKUP,
-                lookup=pb.CommandLookupTopic(topic=f"{topic}-partition-0",
-                                             request_id=next(ids)))))
+            sock.sendall(
+                encode_command(
+                    T(
+                        type=T.LOOKUP,
+                        lookup=pb.CommandLookupTopic(
+                            topic=f"{topic}-partition-0", request_id=next(ids)
+                        ),
+                    )
+                )
+            )
             expect(T.LOOKUP_RESPONSE)
             samples.append((time.perf_counter() - began) * 1e6)
     finally:

@@ -11,8 +11,10 @@ __all__ = ["run_selector"]
 
 def run_selector(plan: Plan) -> SectionResult:
     """``bench/micro/selector.py``: snapshot against SortedDict lookups, and batch selection."""
-    print("selector: bench/micro/selector.py" + (" --quick" if plan.selector_quick else ""),
-          flush=True)
+    print(
+        "selector: bench/micro/selector.py" + (" --quick" if plan.selector_quick else ""),
+        flush=True,
+    )
     results = selector_bench.run(quick=plan.selector_quick)
     section = SectionResult(data={"quick": plan.selector_quick, "results": results})
     speedup = selector_bench.SNAPSHOT_SPEEDUP_TARGET
@@ -21,15 +23,27 @@ def run_selector(plan: Plan) -> SectionResult:
     for kind in dict.fromkeys(figures["selector"] for figures in results):
         mine = [figures for figures in results if figures["selector"] == kind]
         slowest = min(mine, key=lambda figures: figures["ratio"])
-        section.rows.append(_worst_row(
-            f"selector snapshot vs SortedDict, {kind}", f"{slowest['ratio']:.1f}x",
-            [f"{f['consumers']} consumers {f['ratio']:.1f}x" for f in mine], "",
-            f">= {speedup:.0f}x", judge(slowest["ratio"], at_least=speedup)))
+        section.rows.append(
+            _worst_row(
+                f"selector snapshot vs SortedDict, {kind}",
+                f"{slowest['ratio']:.1f}x",
+                [f"{f['consumers']} consumers {f['ratio']:.1f}x" for f in mine],
+                "",
+                f">= {speedup:.0f}x",
+                judge(slowest["ratio"], at_least=speedup),
+            )
+        )
         costliest = max(mine, key=lambda figures: figures["batch_ns"])
-        section.rows.append(_worst_row(
-            f"  select_batch per entry, {kind}", f"{costliest['batch_ns']:.0f} ns",
-            [f"{f['consumers']} consumers {f['batch_ns']:.0f}" for f in mine], " ns",
-            f"< {batch_target:.0f} ns", judge(costliest["batch_ns"], below=batch_target)))
+        section.rows.append(
+            _worst_row(
+                f"  select_batch per entry, {kind}",
+                f"{costliest['batch_ns']:.0f} ns",
+                [f"{f['consumers']} consumers {f['batch_ns']:.0f}" for f in mine],
+                " ns",
+                f"< {batch_target:.0f} ns",
+                judge(costliest["batch_ns"], below=batch_target),
+            )
+        )
     return section
 
 

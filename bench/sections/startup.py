@@ -88,11 +88,14 @@ def time_in_process() -> InProcessStart:
 
 STARTUP_TARGET_S = 0.5
 
+
 def run_startup(plan: Plan) -> SectionResult:
     """Time ``brokerlet serve`` to its first accepted connection, and the in-process start."""
     section = SectionResult()
-    print(f"start-up: {plan.startup_repeats} subprocess and {plan.startup_repeats} in-process "
-          "starts", flush=True)
+    print(
+        f"start-up: {plan.startup_repeats} subprocess and {plan.startup_repeats} in-process starts",
+        flush=True,
+    )
     spawned = [time_subprocess() for _ in range(plan.startup_repeats)]
     embedded = [time_in_process() for _ in range(plan.startup_repeats)]
     connect = Summary.of([run.connect_s for run in spawned])
@@ -111,12 +114,21 @@ def run_startup(plan: Plan) -> SectionResult:
     }
     target = f"<= {STARTUP_TARGET_S} s"
     section.rows = [
-        Row("start-up, spawn to TCP accept", format_seconds(connect.median),
-            _seconds_range(connect), target, judge(connect.median, at_most=STARTUP_TARGET_S)),
+        Row(
+            "start-up, spawn to TCP accept",
+            format_seconds(connect.median),
+            _seconds_range(connect),
+            target,
+            judge(connect.median, at_most=STARTUP_TARGET_S),
+        ),
         Row("  spawn to ready line", format_seconds(ready.median), _seconds_range(ready)),
-        Row("start-up, in-process start()", format_seconds(in_process.median),
-            _seconds_range(in_process), target,
-            judge(in_process.median, at_most=STARTUP_TARGET_S)),
+        Row(
+            "start-up, in-process start()",
+            format_seconds(in_process.median),
+            _seconds_range(in_process),
+            target,
+            judge(in_process.median, at_most=STARTUP_TARGET_S),
+        ),
     ]
     return section
 

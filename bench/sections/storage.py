@@ -31,8 +31,15 @@ from bench.report import Row, Summary, format_rate, judge, latency_row, succeede
 from bench.stall_probe import READY_PREFIX
 from brokerlet.testing.process import BrokerletProcess, ChildBroker
 
-__all__ = ["BACKENDS", "EVERY_BATCH_TARGET", "STALL_TARGET_MS", "StallProbeProcess",
-           "measure_storage", "run_storage", "storage_flags"]
+__all__ = [
+    "BACKENDS",
+    "EVERY_BATCH_TARGET",
+    "STALL_TARGET_MS",
+    "StallProbeProcess",
+    "measure_storage",
+    "run_storage",
+    "storage_flags",
+]
 
 BACKENDS = ("memory", "every_batch", "interval", "never")
 EVERY_BATCH_TARGET = 0.70  # of the memory back-end's produce rate
@@ -54,8 +61,13 @@ def backend_label(backend: str) -> str:
 
 def run_storage(plan: Plan, producers: int) -> SectionResult:
     """The storage section, as the bench runs it."""
-    data, rows, failed = measure_storage(plan.storage_rounds, plan.storage_messages,
-                                         plan.storage_warmup, plan.stall_messages, producers)
+    data, rows, failed = measure_storage(
+        plan.storage_rounds,
+        plan.storage_messages,
+        plan.storage_warmup,
+        plan.stall_messages,
+        producers,
+    )
     return SectionResult(data=data, rows=rows, failed=failed)
 
 
@@ -63,14 +75,20 @@ def measure_storage(
     rounds: int, messages: int, warmup: int, stall_messages: int, producers: int
 ) -> tuple[dict[str, Any], list[Row], bool]:
     """Run the section; return its JSON data, its table rows and whether a run failed."""
-    data: dict[str, Any] = {"messages": messages, "rounds": rounds, "producers": producers,
-                            "latency_every": LATENCY_EVERY}
+    data: dict[str, Any] = {
+        "messages": messages,
+        "rounds": rounds,
+        "producers": producers,
+        "latency_every": LATENCY_EVERY,
+    }
     runs: dict[str, list[ProduceResult]] = {backend: [] for backend in BACKENDS}
-    print(f"storage: {producers} producer process{'es' if producers != 1 else ''}, unbatched "
-          f"128-byte messages, {rounds} round{'s' if rounds != 1 else ''} of {messages:,} per "
-          f"back-end, back-ends in turn; one send in {LATENCY_EVERY} timed to its receipt; "
-          "brokers: " + ", ".join(" ".join(storage_flags(backend)) for backend in BACKENDS),
-          flush=True)
+    print(
+        f"storage: {producers} producer process{'es' if producers != 1 else ''}, unbatched "
+        f"128-byte messages, {rounds} round{'s' if rounds != 1 else ''} of {messages:,} per "
+        f"back-end, back-ends in turn; one send in {LATENCY_EVERY} timed to its receipt; "
+        "brokers: " + ", ".join(" ".join(storage_flags(backend)) for backend in BACKENDS),
+        flush=True,
+    )
     with ExitStack() as stack:
         brokers: dict[str, tuple[str, psutil.Process]] = {}
         for backend in BACKENDS:
@@ -82,23 +100,26 @@ def measure_storage(
                 print(f"  warm-up of {backend_label(backend)} failed: {warm.error}", flush=True)
         for index in range(rounds):
             for backend, (url, process) in brokers.items():
-                result = run_produce_once(url, messages, run_timeout(messages), process,
-                                          producers)
+                result = run_produce_once(url, messages, run_timeout(messages), process, producers)
                 runs[backend].append(result)
-                print(f"  round {index + 1}/{rounds}, {backend_label(backend)}: "
-                      f"{_describe(result)}", flush=True)
+                print(
+                    f"  round {index + 1}/{rounds}, {backend_label(backend)}: {_describe(result)}",
+                    flush=True,
+                )
     load = os.getloadavg()
     print(f"  load average after the produce runs: {_load(load)}", flush=True)
     data["load_average_after_produce"] = list(load)
-    data["produce"] = {backend: _summarise(runs[backend], runs["memory"])
-                       for backend in BACKENDS}
+    data["produce"] = {backend: _summarise(runs[backend], runs["memory"]) for backend in BACKENDS}
     rows = _produce_rows(runs)
     failed = any(run.error is not None for results in runs.values() for run in results)
 
     stalls: dict[str, dict[str, Any]] = {}
-    print(f"storage, event-loop stalls: a 1 ms ticker on an in-process broker's hub "
-          f"(bench/stall_probe.py), {stall_messages:,} messages from {producers} producer "
-          f"process{'es' if producers != 1 else ''}", flush=True)
+    print(
+        f"storage, event-loop stalls: a 1 ms ticker on an in-process broker's hub "
+        f"(bench/stall_probe.py), {stall_messages:,} messages from {producers} producer "
+        f"process{'es' if producers != 1 else ''}",
+        flush=True,
+    )
     for backend in (*BACKENDS[1:], BACKENDS[0]):
         stalls[backend] = _measure_stalls(backend, stall_messages, producers)
         failed |= stalls[backend].get("error") is not None
@@ -111,9 +132,11 @@ def measure_storage(
 
 
 def _describe(result: ProduceResult) -> str:
-    text = (f"produce {format_rate(result.produce_rate)}, send-to-receipt p50 "
-            f"{result.latency_p50_ms:.1f} ms p99 {result.latency_p99_ms:.1f} ms, "
-            f"CPU broker {result.broker_cpu:.0%} machine {result.machine_cpu:.0%}")
+    text = (
+        f"produce {format_rate(result.produce_rate)}, send-to-receipt p50 "
+        f"{result.latency_p50_ms:.1f} ms p99 {result.latency_p99_ms:.1f} ms, "
+        f"CPU broker {result.broker_cpu:.0%} machine {result.machine_cpu:.0%}"
+    )
     return text if result.error is None else f"{text}; FAILED: {result.error}"
 
 
@@ -147,8 +170,15 @@ def _produce_rows(runs: dict[str, list[ProduceResult]]) -> list[Row]:
         label = backend_label(backend)
         spread = f"{produce.low:,.0f}-{produce.high:,.0f}" if good else ""
         if backend == "memory":
-            rows.append(Row(f"produce, storage {label}", format_rate(produce.median),
-                            spread + note, "reference", "FAILED" if failures else ""))
+            rows.append(
+                Row(
+                    f"produce, storage {label}",
+                    format_rate(produce.median),
+                    spread + note,
+                    "reference",
+                    "FAILED" if failures else "",
+                )
+            )
         else:
             ratio = Summary.of(_ratios(results, runs["memory"]))
             spread += f"; {ratio.median:.0%} of memory ({ratio.low:.0%}-{ratio.high:.0%})"
@@ -156,8 +186,15 @@ def _produce_rows(runs: dict[str, list[ProduceResult]]) -> list[Row]:
             if backend == "every_batch":
                 target = f">= {EVERY_BATCH_TARGET:.0%} of memory"
                 status = status or judge(ratio.median, at_least=EVERY_BATCH_TARGET)
-            rows.append(Row(f"produce, storage {label}", format_rate(produce.median),
-                            spread + note, target, status))
+            rows.append(
+                Row(
+                    f"produce, storage {label}",
+                    format_rate(produce.median),
+                    spread + note,
+                    target,
+                    status,
+                )
+            )
         rows.append(latency_row(f"  send-to-receipt p50 / p99, {label}", good))
     return rows
 
@@ -167,9 +204,14 @@ def _measure_stalls(backend: str, messages: int, producers: int) -> dict[str, An
     label = backend_label(backend)
     try:
         with StallProbeProcess(backend) as probe:
-            result = run_produce_once(probe.service_url, messages, run_timeout(messages),
-                                      psutil.Process(probe.pid), producers,
-                                      on_start=probe.reset)
+            result = run_produce_once(
+                probe.service_url,
+                messages,
+                run_timeout(messages),
+                psutil.Process(probe.pid),
+                producers,
+                on_start=probe.reset,
+            )
             figures = probe.report()
     except (OSError, RuntimeError, ValueError) as error:
         print(f"  {label}: FAILED: {error}", flush=True)
@@ -180,15 +222,18 @@ def _measure_stalls(backend: str, messages: int, producers: int) -> dict[str, An
         print(f"  {label}: no tick was recorded; {_describe(result)}", flush=True)
         figures["error"] = figures["error"] or "no tick was recorded"
         return figures
-    print(f"  {label}: largest stall {figures['max_stall_ms']:.2f} ms (gap "
-          f"{figures['max_gap_ms']:.2f} ms; in it the hub's thread ran "
-          f"{figures['max_stall_hub_cpu_ms']:.2f} ms and GC took "
-          f"{figures['max_stall_gc_ms']:.2f} ms), largest without GC "
-          f"{figures['max_stall_without_gc_ms']:.2f} ms, p99.9 {figures['p999_stall_ms']:.2f} ms, "
-          f"{figures['stalls_over_limit']} of {figures['ticks']:,} ticks over "
-          f"{STALL_TARGET_MS:.0f} ms; GC {figures['gc_collections']:,} collections, largest "
-          f"{figures['max_gc_pause_ms']:.2f} ms (generation "
-          f"{figures['max_gc_pause_generation']}); {_describe(result)}", flush=True)
+    print(
+        f"  {label}: largest stall {figures['max_stall_ms']:.2f} ms (gap "
+        f"{figures['max_gap_ms']:.2f} ms; in it the hub's thread ran "
+        f"{figures['max_stall_hub_cpu_ms']:.2f} ms and GC took "
+        f"{figures['max_stall_gc_ms']:.2f} ms), largest without GC "
+        f"{figures['max_stall_without_gc_ms']:.2f} ms, p99.9 {figures['p999_stall_ms']:.2f} ms, "
+        f"{figures['stalls_over_limit']} of {figures['ticks']:,} ticks over "
+        f"{STALL_TARGET_MS:.0f} ms; GC {figures['gc_collections']:,} collections, largest "
+        f"{figures['max_gc_pause_ms']:.2f} ms (generation "
+        f"{figures['max_gc_pause_generation']}); {_describe(result)}",
+        flush=True,
+    )
     return figures
 
 
@@ -201,17 +246,26 @@ def _stall_rows(stalls: dict[str, dict[str, Any]]) -> list[Row]:
             rows.append(Row(f"event-loop stall, {label}", "n/a", "", "", "FAILED"))
             continue
         stall = float(figures["max_stall_ms"])
-        spread = (f"without GC {figures['max_stall_without_gc_ms']:.1f} ms; "
-                  f"{figures['stalls_over_limit']}/{figures['ticks']:,} ticks over "
-                  f"{STALL_TARGET_MS:.0f} ms; GC max {figures['max_gc_pause_ms']:.1f} ms")
+        spread = (
+            f"without GC {figures['max_stall_without_gc_ms']:.1f} ms; "
+            f"{figures['stalls_over_limit']}/{figures['ticks']:,} ticks over "
+            f"{STALL_TARGET_MS:.0f} ms; GC max {figures['max_gc_pause_ms']:.1f} ms"
+        )
         if figures.get("error"):
             status = "FAILED"
         elif disk:
             status = judge(stall, at_most=STALL_TARGET_MS)
         else:
             status = ""
-        rows.append(Row(f"largest event-loop stall, {label}", f"{stall:.1f} ms", spread,
-                        f"<= {STALL_TARGET_MS:.0f} ms" if disk else "reference", status))
+        rows.append(
+            Row(
+                f"largest event-loop stall, {label}",
+                f"{stall:.1f} ms",
+                spread,
+                f"<= {STALL_TARGET_MS:.0f} ms" if disk else "reference",
+                status,
+            )
+        )
     return rows
 
 
@@ -231,8 +285,14 @@ class StallProbeProcess(ChildBroker):
     def __init__(self, backend: str) -> None:
         super().__init__()
         self.backend = backend
-        self.command = [sys.executable, "-m", "bench.stall_probe",
-                        "--data-dir", str(self.directory / "data"), *storage_flags(backend)]
+        self.command = [
+            sys.executable,
+            "-m",
+            "bench.stall_probe",
+            "--data-dir",
+            str(self.directory / "data"),
+            *storage_flags(backend),
+        ]
 
     def start(self, timeout: float = _PROBE_READY_TIMEOUT) -> Self:
         # From the repository root, where ``bench`` is importable.
@@ -241,7 +301,7 @@ class StallProbeProcess(ChildBroker):
         if not line.startswith(READY_PREFIX):
             self.stop()
             raise RuntimeError(f"stall probe did not start: {line!r}\n{self.log_tail()}")
-        self.service_url = line[len(READY_PREFIX):].strip()
+        self.service_url = line[len(READY_PREFIX) :].strip()
         return self
 
     def __enter__(self) -> Self:

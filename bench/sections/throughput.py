@@ -168,8 +168,9 @@ def run_once(
         consumer_job = ConsumerJob(service_url, topic, "bench", messages, SETUP_TIMEOUT)
         workers.append(Worker(context, "consumer", run_consumer, (consumer_job, start, stop)))
         for index, share in enumerate(shares(messages, producers)):
-            job = ProducerJob(service_url, topic, share, mode.batching, mode.max_pending,
-                              SETUP_TIMEOUT)
+            job = ProducerJob(
+                service_url, topic, share, mode.batching, mode.max_pending, SETUP_TIMEOUT
+            )
             workers.append(Worker(context, f"producer {index + 1}", run_producer, (job, start)))
         collected = drive(workers[1:], workers[:1], start, stop, timeout, broker)
         return _result(mode, messages, producers, collected)
@@ -184,9 +185,16 @@ def _result(mode: Mode, messages: int, producers: int, collected: Collected) -> 
         return RunResult(mode.name, producers, messages, error=collected.setup_error)
     if not collected.consumers:
         return RunResult(mode.name, producers, messages, error="; ".join(collected.errors))
-    return _figures(mode, messages, collected.producers, collected.consumers[0],
-                    collected.broker_cpu_s, collected.machine_cpu_s, collected.elapsed_s,
-                    "; ".join(collected.errors) or None)
+    return _figures(
+        mode,
+        messages,
+        collected.producers,
+        collected.consumers[0],
+        collected.broker_cpu_s,
+        collected.machine_cpu_s,
+        collected.elapsed_s,
+        "; ".join(collected.errors) or None,
+    )
 
 
 def _figures(
@@ -215,10 +223,10 @@ def _figures(
         latency_p99_ms=p99,
         broker_cpu=broker_cpu_s / elapsed_s,
         producer_cpu=max((_busy(report) for report in producers), default=math.nan),
-        consumer_cpu=share_of_core(consumer.cpu_s, window.first_send_ns,
-                                   consumer.last_receive_ns),
-        client_cpu=share_of_core(window.cpu_s + consumer.cpu_s, window.first_send_ns,
-                                  consumer.last_receive_ns),
+        consumer_cpu=share_of_core(consumer.cpu_s, window.first_send_ns, consumer.last_receive_ns),
+        client_cpu=share_of_core(
+            window.cpu_s + consumer.cpu_s, window.first_send_ns, consumer.last_receive_ns
+        ),
         machine_cpu=machine_cpu_s / elapsed_s,
         broker_cpu_per_message_us=broker_cpu_s * 1e6 / per_received,
         producer_cpu_per_message_us=window.cpu_s * 1e6 / max(1, window.sent),
@@ -237,6 +245,7 @@ END_TO_END_TARGETS = {"batched": 50_000.0, "unbatched": 15_000.0}
 PROFILE_LIMIT = 25
 SATURATED = 0.9  # share of a core from which a process counts as the bottleneck
 
+
 def run_throughput(plan: Plan, profile_path: Path | None, producers: int) -> SectionResult:
     """Batched and unbatched runs, each mode on a broker of its own; optionally a profiled one.
 
@@ -254,26 +263,39 @@ def run_throughput(plan: Plan, profile_path: Path | None, producers: int) -> Sec
         with BrokerletProcess() as broker:
             url = broker.start().service_url
             process = psutil.Process(broker.pid)
-            print(f"throughput, {name}: {_producer_processes(producers)} + 1 consumer "
-                  f"process; warm-up of {plan.warmup[name]:,} messages", flush=True)
-            warm = run_once(url, mode, plan.warmup[name], run_timeout(plan.warmup[name]),
-                            process, producers)
+            print(
+                f"throughput, {name}: {_producer_processes(producers)} + 1 consumer "
+                f"process; warm-up of {plan.warmup[name]:,} messages",
+                flush=True,
+            )
+            warm = run_once(
+                url, mode, plan.warmup[name], run_timeout(plan.warmup[name]), process, producers
+            )
             if warm.error is not None:
                 print(f"  warm-up failed: {warm.error}", flush=True)
             for index in range(plan.repeats):
                 result = run_once(url, mode, messages, timeout, process, producers)
-                print(f"  run {index + 1}/{plan.repeats}, {messages:,} messages, "
-                      f"{_producer_processes(producers)}: {_describe(result)}", flush=True)
+                print(
+                    f"  run {index + 1}/{plan.repeats}, {messages:,} messages, "
+                    f"{_producer_processes(producers)}: {_describe(result)}",
+                    flush=True,
+                )
                 runs.append(result)
                 if compare:
                     single = run_once(url, mode, messages, timeout, process, 1)
-                    print(f"  run {index + 1}/{plan.repeats}, {messages:,} messages, "
-                          f"{_producer_processes(1)}: {_describe(single)}", flush=True)
+                    print(
+                        f"  run {index + 1}/{plan.repeats}, {messages:,} messages, "
+                        f"{_producer_processes(1)}: {_describe(single)}",
+                        flush=True,
+                    )
                     single_runs.append(single)
         load = os.getloadavg()[0]
         print(f"  load average (1 min) after the {name} runs: {load:.2f}", flush=True)
-        section.data[name] = {"producers": producers, "load_average_after": load,
-                              **_summarise_mode(runs)}
+        section.data[name] = {
+            "producers": producers,
+            "load_average_after": load,
+            **_summarise_mode(runs),
+        }
         section.rows.extend(_mode_rows(name, runs))
         section.failed |= any(run.error is not None for run in runs)
         if compare:
@@ -343,20 +365,32 @@ def _mode_rows(name: str, runs: list[RunResult]) -> list[Row]:
     status = "FAILED" if failures else judge(end_to_end.median, at_least=target)
     bottleneck = _bottleneck(broker_cpu, producer_cpu, consumer_cpu, machine_cpu)
     return [
-        Row(f"end-to-end, {name}", format_rate(end_to_end.median),
-            rate_range(end_to_end) + note, f">= {target:,.0f} msg/s", status),
-        Row(f"  produce, {name}, {_producer_processes(producers)}",
-            format_rate(produce.median), rate_range(produce)),
+        Row(
+            f"end-to-end, {name}",
+            format_rate(end_to_end.median),
+            rate_range(end_to_end) + note,
+            f">= {target:,.0f} msg/s",
+            status,
+        ),
+        Row(
+            f"  produce, {name}, {_producer_processes(producers)}",
+            format_rate(produce.median),
+            rate_range(produce),
+        ),
         latency_row(f"  latency p50 / p99, {name}", good),
-        Row(f"  CPU broker / busiest producer / consumer, {name}",
+        Row(
+            f"  CPU broker / busiest producer / consumer, {name}",
             f"{broker_cpu:.0%} / {producer_cpu:.0%} / {consumer_cpu:.0%}",
             f"all clients {client_cpu:.0%}, machine {machine_cpu:.0%} of {_cores():.0%} "
             f"(other work ~{_other_work(machine_cpu, broker_cpu, client_cpu):.0%}); "
-            f"{bottleneck}"),
-        Row(f"  CPU per message broker / clients, {name}",
+            f"{bottleneck}",
+        ),
+        Row(
+            f"  CPU per message broker / clients, {name}",
             f"{broker_us:.1f} / {producer_us + consumer_us:.1f} µs",
             f"producers {producer_us:.1f} + consumer {consumer_us:.1f}; "
-            f"broker ~ {_per_core(broker_us)} a core"),
+            f"broker ~ {_per_core(broker_us)} a core",
+        ),
     ]
 
 
@@ -367,10 +401,13 @@ def _single_producer_row(name: str, runs: list[RunResult], single: list[RunResul
     several = _median([run for run in runs if run.error is None], "end_to_end_rate")
     ratio = several / end_to_end.median if end_to_end.median > 0 else math.nan
     producers = runs[0].producers if runs else 0
-    return Row(f"  end-to-end, {name}, {_producer_processes(1)}",
-               format_rate(end_to_end.median),
-               f"{rate_range(end_to_end)}; {producers} producers do {ratio:.2f}x this{note}",
-               "comparison", "FAILED" if failures else "")
+    return Row(
+        f"  end-to-end, {name}, {_producer_processes(1)}",
+        format_rate(end_to_end.median),
+        f"{rate_range(end_to_end)}; {producers} producers do {ratio:.2f}x this{note}",
+        "comparison",
+        "FAILED" if failures else "",
+    )
 
 
 def _bottleneck(broker: float, producer: float, consumer: float, machine: float) -> str:
@@ -417,8 +454,14 @@ def _profile_unbatched(plan: Plan, profile_path: Path, producers: int) -> dict[s
     print(f"profile: unbatched, {messages:,} messages, broker under cProfile", flush=True)
     with BrokerletProcess(profile_path=profile_path) as broker:
         url = broker.start().service_url
-        result = run_once(url, MODES["unbatched"], messages, run_timeout(messages),
-                          psutil.Process(broker.pid), producers)
+        result = run_once(
+            url,
+            MODES["unbatched"],
+            messages,
+            run_timeout(messages),
+            psutil.Process(broker.pid),
+            producers,
+        )
         print(f"  {_describe(result)} (slowed by the profiler)", flush=True)
         broker.stop()
     if not profile_path.exists():
@@ -428,9 +471,11 @@ def _profile_unbatched(plan: Plan, profile_path: Path, producers: int) -> dict[s
     by_total = profiling.top_entries(profile_path, "tottime", PROFILE_LIMIT)
     packages = profiling.own_time_by_package(profile_path)
     print(f"  profile written to {profile_path}")
-    print("  cProfile under gevent: greenlet switches make cumulative times overlap (a function"
-          " waiting\n  in a switch is charged for the greenlets that ran meanwhile); own time is"
-          " the reliable column.\n")
+    print(
+        "  cProfile under gevent: greenlet switches make cumulative times overlap (a function"
+        " waiting\n  in a switch is charged for the greenlets that ran meanwhile); own time is"
+        " the reliable column.\n"
+    )
     profiling.print_packages(packages)
     profiling.print_top(by_cumulative, f"top {PROFILE_LIMIT} broker functions by cumulative time")
     profiling.print_top(by_total, f"top {PROFILE_LIMIT} broker functions by total (own) time")

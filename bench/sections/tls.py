@@ -38,8 +38,16 @@ def run_tls(plan: Plan, producers: int) -> SectionResult:
         ca_path, cert, key = _certificates(Path(directory))
         os.environ[TLS_TRUST_ENV] = ca_path
         tls_port = free_port()
-        flags = ("--storage", "memory", "--broker-service-port-tls", str(tls_port),
-                 "--tls-certificate-file-path", cert, "--tls-key-file-path", key)
+        flags = (
+            "--storage",
+            "memory",
+            "--broker-service-port-tls",
+            str(tls_port),
+            "--tls-certificate-file-path",
+            cert,
+            "--tls-key-file-path",
+            key,
+        )
         with BrokerletProcess(flags=flags) as broker:
             plain_url = broker.start().service_url
             tls_url = f"pulsar+ssl://127.0.0.1:{tls_port}"
@@ -48,25 +56,42 @@ def run_tls(plan: Plan, producers: int) -> SectionResult:
                 messages = plan.messages[name] // 2
                 timeout = run_timeout(messages)
                 print(f"tls, {name}: plain and TLS runs alternate on one broker", flush=True)
-                run_once(tls_url, mode, plan.warmup[name], run_timeout(plan.warmup[name]),
-                         process, producers)
+                run_once(
+                    tls_url,
+                    mode,
+                    plan.warmup[name],
+                    run_timeout(plan.warmup[name]),
+                    process,
+                    producers,
+                )
                 runs: dict[str, list[RunResult]] = {"plain": [], "tls": []}
                 for index in range(plan.repeats):
                     for label, url in (("plain", plain_url), ("tls", tls_url)):
                         result = run_once(url, mode, messages, timeout, process, producers)
                         state = "" if result.error is None else f" FAILED: {result.error}"
-                        print(f"  run {index + 1}/{plan.repeats} {label}: end-to-end "
-                              f"{format_rate(result.end_to_end_rate)}, broker CPU "
-                              f"{result.broker_cpu:.0%}{state}", flush=True)
+                        print(
+                            f"  run {index + 1}/{plan.repeats} {label}: end-to-end "
+                            f"{format_rate(result.end_to_end_rate)}, broker CPU "
+                            f"{result.broker_cpu:.0%}{state}",
+                            flush=True,
+                        )
                         runs[label].append(result)
                 section.data[name] = _mode_rows(section, name, runs)
-            rates = {label: _connections_per_second(port, context)
-                     for label, port, context in (
-                         ("plain", broker.port, None),
-                         ("tls", tls_port, _client_context(ca_path)))}
+            rates = {
+                label: _connections_per_second(port, context)
+                for label, port, context in (
+                    ("plain", broker.port, None),
+                    ("tls", tls_port, _client_context(ca_path)),
+                )
+            }
     section.data["connections_per_second"] = rates
-    section.rows.append(Row("connections/s with TLS handshake (one at a time)",
-                            f"{rates['tls']:,.0f}/s", f"plain {rates['plain']:,.0f}/s"))
+    section.rows.append(
+        Row(
+            "connections/s with TLS handshake (one at a time)",
+            f"{rates['tls']:,.0f}/s",
+            f"plain {rates['plain']:,.0f}/s",
+        )
+    )
     return section
 
 
@@ -75,16 +100,22 @@ def _mode_rows(
 ) -> dict[str, object]:
     good = {label: [r for r in rs if r.error is None] for label, rs in runs.items()}
     section.failed |= any(r.error is not None for rs in runs.values() for r in rs)
-    medians = {label: Summary.of([r.end_to_end_rate for r in rs]).median
-               for label, rs in good.items()}
+    medians = {
+        label: Summary.of([r.end_to_end_rate for r in rs]).median for label, rs in good.items()
+    }
     ratio = medians["tls"] / medians["plain"] if medians["plain"] else float("nan")
     target = f">= {TLS_RATIO_TARGET:.0%}" if name == "batched" else ""
     status = judge(ratio, at_least=TLS_RATIO_TARGET) if name == "batched" else ""
-    section.rows.append(Row(f"end-to-end over TLS / plain, {name}", f"{ratio:.0%}",
-                            f"TLS {format_rate(medians['tls'])}, plain "
-                            f"{format_rate(medians['plain'])}", target, status))
-    return {"tls_end_to_end": medians["tls"], "plain_end_to_end": medians["plain"],
-            "ratio": ratio}
+    section.rows.append(
+        Row(
+            f"end-to-end over TLS / plain, {name}",
+            f"{ratio:.0%}",
+            f"TLS {format_rate(medians['tls'])}, plain {format_rate(medians['plain'])}",
+            target,
+            status,
+        )
+    )
+    return {"tls_end_to_end": medians["tls"], "plain_end_to_end": medians["plain"], "ratio": ratio}
 
 
 def _certificates(directory: Path) -> tuple[str, str, str]:
@@ -101,10 +132,12 @@ def _client_context(ca_path: str) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=ca_path)
 
 
-_CONNECT = encode_command(pb.BaseCommand(
-    type=pb.BaseCommand.CONNECT,
-    connect=pb.CommandConnect(client_version="bench", protocol_version=PROTOCOL_VERSION),
-))
+_CONNECT = encode_command(
+    pb.BaseCommand(
+        type=pb.BaseCommand.CONNECT,
+        connect=pb.CommandConnect(client_version="bench", protocol_version=PROTOCOL_VERSION),
+    )
+)
 
 
 def _connections_per_second(port: int, context: ssl.SSLContext | None) -> float:

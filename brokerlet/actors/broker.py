@@ -84,8 +84,12 @@ class BrokerActor(GeventActor):
         storage: DiskStorage | None = None,
         metadata: MetadataStore | None = None,
         dispatch_options: DispatchOptions = DEFAULT_OPTIONS,
+        topic_deleted: Callable[[str], object] | None = None,
     ) -> None:
         super().__init__()
+        # Told the name of every deleted topic (a partitioned one by its own name, after its
+        # partitions): the schema registry drops its history there.
+        self._topic_deleted = topic_deleted
         self.settings = settings
         self.dispatch_options = dispatch_options
         self.storage = storage
@@ -373,6 +377,11 @@ class BrokerActor(GeventActor):
                 self.storage.delete_topic(victim)
         if stored is not None:
             store.delete_topic(name.full)
+        if self._topic_deleted is not None:
+            try:
+                self._topic_deleted(name.full)
+            except Exception:  # the topic is gone either way; say what was left behind
+                log.exception("topic %s deleted, but the hook for its deletion failed", name)
         log.info("deleted topic %s%s", name, " (forced)" if message.force else "")
 
 

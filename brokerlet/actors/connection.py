@@ -26,6 +26,7 @@ import gevent
 import pykka
 
 from brokerlet import __version__
+from brokerlet.actors import stats_reader
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.messages import (
@@ -37,6 +38,7 @@ from brokerlet.actors.messages import (
     AppendItem,
     ConnectionLost,
     ConsumerClosedByBroker,
+    FindTopic,
     GetLastEntry,
     GetMarkDelete,
     GetTopic,
@@ -67,6 +69,8 @@ from brokerlet.keyshared import KeySharedMeta
 from brokerlet.metadata.listeners import Listener, UnknownListener, parse_listeners, pick_listener
 from brokerlet.metadata.naming import InvalidName, TopicName
 from brokerlet.metadata.topics import filter_by_pattern, topics_hash
+from brokerlet.schema import SchemaError, SchemaRegistry
+from brokerlet.schema import wire as schema_wire
 from brokerlet.security.session import CheckCredentials, ConnectionAuth
 from brokerlet.storage.ledger import NewEntry
 from brokerlet.transport.protocol import (
@@ -121,6 +125,7 @@ class _Producer:
     name: str
     topic: str
     topic_ref: pykka.ActorRef[TopicActor]
+    schema_version: bytes | None = None
 
 
 class ConnectionActor(GeventActor):
@@ -137,6 +142,7 @@ class ConnectionActor(GeventActor):
         advertised_url_tls: str = "",
         security: Any = None,
         peer_cert: dict[str, Any] | None = None,
+        schemas: SchemaRegistry | None = None,
     ) -> None:
         super().__init__()
         self.handle = handle
@@ -146,6 +152,7 @@ class ConnectionActor(GeventActor):
         self.settings = settings
         self.advertised_url = advertised_url
         self._close_socket = close_socket
+        self.schemas = schemas
         self.advertised_url_tls = advertised_url_tls  # set only on TLS connections
         self.auth = ConnectionAuth(
             security,
@@ -182,6 +189,8 @@ class ConnectionActor(GeventActor):
             T.SEEK: self._seek,
             T.AUTH_RESPONSE: lambda command: self.auth.auth_response(command.auth_response),
             T.GET_TOPICS_OF_NAMESPACE: self._topics_of_namespace,
+            T.GET_SCHEMA: self._get_schema,
+            T.GET_OR_CREATE_SCHEMA: self._get_or_create_schema,
         }
 
     # Actor plumbing.
@@ -449,7 +458,7 @@ class ConnectionActor(GeventActor):
         existing = self.producers.get(request.producer_id)
         if existing is not None:
             if existing.topic == request.topic:
-                self._producer_success(request.request_id, existing.name)
+                self._producer_success(request.request_id, existing.name, existing.schema_version)
             else:
                 self._error(
                     request.request_id,
@@ -479,24 +488,34 @@ class ConnectionActor(GeventActor):
         name = request.producer_name or f"brokerlet-{next(_producer_names)}"
         try:
             topic_ref = self._topic(request.topic)
+        except BrokerError as error:
+            self._error(request.request_id, error.code, error.message)
+            return
+        # After the topic's existence rules, so a refused topic registers no schema.
+        schema_version = None
+        if self.schemas is not None:
+            try:
+                schema_version = schema_wire.admit_producer(self.schemas, request)
+            except SchemaError as error:
+                self._error(request.request_id, pb.IncompatibleSchema, str(error))
+                return
+        try:
             topic_ref.ask(AddProducer(name, self.peer, self.actor_ref), block=True)
         except BrokerError as error:
             self._error(request.request_id, error.code, error.message)
             return
         self.producers[request.producer_id] = _Producer(
-            request.producer_id, name, request.topic, topic_ref
+            request.producer_id, name, request.topic, topic_ref, schema_version
         )
-        self._producer_success(request.request_id, name)
+        self._producer_success(request.request_id, name, schema_version)
 
-    def _producer_success(self, request_id: int, name: str) -> None:
-        self._send(
-            T(
-                type=T.PRODUCER_SUCCESS,
-                producer_success=pb.CommandProducerSuccess(
-                    request_id=request_id, producer_name=name, last_sequence_id=-1
-                ),
-            )
+    def _producer_success(self, request_id: int, name: str, schema_version: bytes | None) -> None:
+        success = pb.CommandProducerSuccess(
+            request_id=request_id, producer_name=name, last_sequence_id=-1
         )
+        if schema_version is not None:
+            success.schema_version = schema_version
+        self._send(T(type=T.PRODUCER_SUCCESS, producer_success=success))
 
     def _close_producer(self, command: pb.BaseCommand) -> None:
         request = command.close_producer
@@ -650,6 +669,18 @@ class ConnectionActor(GeventActor):
             start = (request.start_message_id.ledger_id, request.start_message_id.entry_id)
         try:
             topic_ref = self._topic(request.topic)
+        except BrokerError as error:
+            self._error(request_id, error.code, error.message)
+            return
+        if self.schemas is not None:
+            try:
+                schema_wire.admit_consumer(
+                    self.schemas, request, lambda: topic_is_idle(stats_reader.of_topic(topic_ref))
+                )
+            except SchemaError as error:
+                self._error(request_id, pb.IncompatibleSchema, str(error))
+                return
+        try:
             dispatcher: pykka.ActorRef[DispatcherActor] = topic_ref.ask(
                 Subscribe(
                     request.subscription,
@@ -662,6 +693,7 @@ class ConnectionActor(GeventActor):
                 block=True,
             )
         except BrokerError as error:
+            # readCompacted on a Shared subscription, say.
             self._error(request_id, error.code, error.message)
             return
         consumer = Consumer(
@@ -814,6 +846,45 @@ class ConnectionActor(GeventActor):
         response.consumer_mark_delete_position.ledger_id = ledger_id
         response.consumer_mark_delete_position.entry_id = mark_delete if mark_delete >= 0 else NO_ID
         self._send(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, get_last_message_id_response=response))
+
+    # Schemas.
+
+    def _get_schema(self, command: pb.BaseCommand) -> None:
+        request = command.get_schema
+        if self.schemas is None:
+            response = pb.CommandGetSchemaResponse(
+                request_id=request.request_id,
+                error_code=pb.NotAllowedError,
+                error_message="This broker has no schema registry",
+            )
+        else:
+            response = schema_wire.answer_get_schema(self.schemas, request)
+        self._send(T(type=T.GET_SCHEMA_RESPONSE, get_schema_response=response))
+
+    def _get_or_create_schema(self, command: pb.BaseCommand) -> None:
+        request = command.get_or_create_schema
+        if self.schemas is None:
+            response = pb.CommandGetOrCreateSchemaResponse(
+                request_id=request.request_id,
+                error_code=pb.NotAllowedError,
+                error_message="This broker has no schema registry",
+            )
+        else:
+            # Pulsar answers only for a topic that exists; brokerlet's exist once used.
+            exists = valid_topic_name(request.topic) and (
+                self.broker.ask(FindTopic(request.topic), block=True) is not None
+            )
+            response = schema_wire.answer_get_or_create_schema(self.schemas, request, exists)
+        self._send(T(type=T.GET_OR_CREATE_SCHEMA_RESPONSE, get_or_create_schema_response=response))
+
+
+def topic_is_idle(stats: dict[str, Any]) -> bool:
+    """No producers, no consumers and no data: a consumer's schema may be registered."""
+    return (
+        not stats["publishers"]
+        and stats["lastEntryId"] < 0
+        and not any(sub.get("consumers") for sub in stats["subscriptions"].values())
+    )
 
 
 def _is_chunk(entry: bytes) -> bool:

@@ -9,6 +9,7 @@
     brokerlet admin topics stats persistent://acme/orders/placed-partition-0
     brokerlet admin topics peek-messages persistent://acme/orders/placed -s billing -n 5
     brokerlet admin topics reset-cursor persistent://acme/orders/placed -s billing -t 10m
+    brokerlet admin schemas upload persistent://acme/orders/placed -f schema.json
 
 Output follows pulsar-admin: objects as indented JSON, lists one name per line, nothing
 for a write that succeeded. An error answer prints Pulsar's reason and exits 1; so does a
@@ -31,6 +32,7 @@ from brokerlet.admin.client import (
     AdminError,
     AdminUnavailable,
     PeekedMessage,
+    TopicName,
     parse_relative_time,
 )
 
@@ -526,6 +528,90 @@ def _topic_commands(group: Any) -> None:
     )
 
 
+def schema_info(topic: str, response: dict[str, Any]) -> dict[str, Any]:
+    """A GetSchemaResponse as pulsar-admin prints a SchemaInfo: the topic's local name, the
+    definition as JSON where it is JSON (AVRO, JSON, KEY_VALUE's halves), else its text."""
+    data = response.get("data", "")
+    definition: object = data
+    if isinstance(data, str) and data.strip().startswith(("{", "[")):
+        try:
+            definition = json.loads(data)
+        except ValueError:
+            definition = data
+    return {
+        "name": TopicName.parse(topic).local,
+        "schema": definition,
+        "type": response.get("type"),
+        "timestamp": response.get("timestamp"),
+        "properties": response.get("properties", {}),
+    }
+
+
+def _get_schema(admin: AdminClient, args: argparse.Namespace) -> object:
+    if args.version is not None and args.all_version:
+        raise ValueError("Only one or neither of --version and --all-version can be specified.")
+    if args.all_version:
+        return [schema_info(args.topic, r) for r in admin.schemas(args.topic)]
+    if args.version is not None:
+        if args.version < 0:
+            raise ValueError(f"Option --version must be greater than 0, but found {args.version}")
+        return schema_info(args.topic, admin.schema(args.topic, args.version))
+    latest = admin.schema(args.topic)
+    return {"version": latest.get("version"), "schemaInfo": schema_info(args.topic, latest)}
+
+
+def _upload_schema(admin: AdminClient, args: argparse.Namespace) -> None:
+    try:
+        with open(args.filename, encoding="utf-8") as file:
+            payload = json.load(file)
+    except FileNotFoundError:
+        raise ValueError(f"Schema file {args.filename} is not found.") from None
+    except (OSError, ValueError) as error:
+        raise ValueError(f"Schema file {args.filename} cannot be read: {error}") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
+        raise ValueError(
+            f'Schema file {args.filename} must hold a JSON object with a "type" '
+            '(PostSchemaPayload: {"type", "schema", "properties"})'
+        )
+    schema = payload.get("schema") or ""
+    if not isinstance(schema, str):  # a definition written as JSON rather than as a string
+        schema = json.dumps(schema)
+    admin.upload_schema(args.topic, payload["type"], schema, payload.get("properties") or {})
+
+
+def _schema_commands(group: Any) -> None:
+    _add(
+        group,
+        "get",
+        _get_schema,
+        "get the schema for a topic",
+        TOPIC,
+        _arg("-v", "--version", type=int, default=None, help="version"),
+        _arg("-a", "--all-version", action="store_true", help="all versions"),
+    )
+    _add(
+        group,
+        "upload",
+        _upload_schema,
+        "update the schema for a topic",
+        TOPIC,
+        _arg("-f", "--filename", required=True, help="a PostSchemaPayload JSON file"),
+    )
+    _add(
+        group,
+        "delete",
+        lambda a, n: a.delete_schema(n.topic, force=n.force),
+        "delete all versions schema of a topic",
+        TOPIC,
+        _arg(
+            "-f",
+            "--force",
+            action="store_true",
+            help="delete every version, not only mark the schema deleted",
+        ),
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``brokerlet admin`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -550,6 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
     _tenant_commands(group("tenants", "tenants"))
     _namespace_commands(group("namespaces", "namespaces and their policies"))
     _topic_commands(group("topics", "topics, partitions and subscriptions"))
+    _schema_commands(group("schemas", "schemas of topics"))
     brokers = group("brokers", "brokers")
     _add(brokers, "healthcheck", lambda a, n: _Text(a.healthcheck()), "check the broker's health")
     stats = group("broker-stats", "broker statistics")

@@ -744,6 +744,47 @@ class AdminClient:
         )
         return _peeked("", dict(response.headers), response.data)
 
+    # -- schemas -------------------------------------------------------------------------
+
+    def _schema_path(self, topic: str) -> str:
+        name = self._topic(topic)
+        return f"/schemas/{_seg(name.tenant)}/{_seg(name.namespace)}/{_seg(name.local)}"
+
+    def schema(self, topic: str, version: int | None = None) -> dict[str, Any]:
+        """The latest (or ``version``'s) GetSchemaResponse: ``{"version", "type",
+        "timestamp", "data", "properties"}``. A partition reaches its parent's schema."""
+        path = self._schema_path(topic) + "/schema"
+        if version is not None:
+            path += f"/{version}"
+        answer: dict[str, Any] = self._get(path)
+        return answer
+
+    def schemas(self, topic: str) -> list[dict[str, Any]]:
+        """Every version's GetSchemaResponse, oldest first."""
+        answer = self._get(self._schema_path(topic) + "/schemas")
+        responses: list[dict[str, Any]] = answer.get("getSchemaResponses", [])
+        return responses
+
+    def upload_schema(
+        self,
+        topic: str,
+        schema_type: str,
+        schema: str = "",
+        properties: Mapping[str, str] | None = None,
+    ) -> int:
+        """Register a schema (Pulsar's PostSchemaPayload); returns its version. Raises
+        :class:`Conflict` when incompatible, an :class:`AdminError` of 422 when invalid."""
+        payload = {"type": schema_type, "schema": schema, "properties": dict(properties or {})}
+        answer = self._json("POST", self._schema_path(topic) + "/schema", body=payload)
+        version = answer.get("version") if isinstance(answer, dict) else None
+        if isinstance(version, dict):  # a LongSchemaVersion: {"version": n}
+            version = version.get("version")
+        return int(version) if version is not None else -1
+
+    def delete_schema(self, topic: str, *, force: bool = False) -> None:
+        """Delete the topic's schema: a deletion marker, or with ``force`` every version."""
+        self.request("DELETE", self._schema_path(topic) + "/schema", query={"force": force})
+
 
 def _query_value(value: object) -> str:
     if isinstance(value, bool):

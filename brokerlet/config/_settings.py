@@ -414,6 +414,26 @@ class Settings:
         False, "Keep messages without a key when compacting (dropped otherwise, as Pulsar).",
         alias="topicCompactionRetainNullKey",
     )
+    # Schema registry (issue 18).
+    schema_compatibility_strategy: str = setting(
+        "FULL", "Broker-wide schema compatibility strategy (a namespace policy overrides it).",
+        alias="schemaCompatibilityStrategy",
+        choices=(
+            "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+            "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE",
+        ),
+    )
+    allow_auto_update_schema: bool = setting(
+        True, "Producers and idle-topic consumers may register new schema versions.",
+        alias="isAllowAutoUpdateSchemaEnabled",
+    )
+    schema_validation_enforced: bool = setting(
+        False, "Refuse producers without a schema on topics that have one.",
+        alias="isSchemaValidationEnforced",
+    )
+    schema_max_size_bytes: int = setting(
+        5 * _MIB, "Largest schema definition accepted, in bytes.", minimum=1,
+    )
     # fmt: on
 
     def __post_init__(self) -> None:

@@ -13,11 +13,12 @@ enforced yet) and ``auth_policies``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 __all__ = [
+    "AUTO_UPDATE_STRATEGIES",
     "BACKLOG_QUOTA_POLICIES",
     "BACKLOG_QUOTA_TYPES",
     "SCHEMA_STRATEGIES",
@@ -25,7 +26,9 @@ __all__ = [
     "PolicyError",
     "auto_creation",
     "check_auto_topic_creation",
+    "check_auto_update_strategy",
     "check_backlog_quota",
+    "check_flag",
     "check_retention",
     "check_schema_strategy",
     "full",
@@ -163,6 +166,31 @@ def check_schema_strategy(body: object) -> str:
         allowed = ", ".join(SCHEMA_STRATEGIES)
         raise PolicyError(400, f"schemaCompatibilityStrategy: must be one of {allowed}")
     return body.upper()
+
+
+AUTO_UPDATE_STRATEGIES = (
+    "AutoUpdateDisabled", "Backward", "Forward", "Full", "AlwaysCompatible",
+    "BackwardTransitive", "ForwardTransitive", "FullTransitive",
+)  # fmt: skip
+"""Pulsar's deprecated SchemaAutoUpdateCompatibilityStrategy values."""
+
+
+def check_auto_update_strategy(body: object) -> str:
+    if not isinstance(body, str) or body not in AUTO_UPDATE_STRATEGIES:
+        allowed = ", ".join(AUTO_UPDATE_STRATEGIES)
+        raise PolicyError(400, f"schemaAutoUpdateCompatibilityStrategy: must be one of {allowed}")
+    return body
+
+
+def check_flag(name: str) -> Callable[[object], bool]:
+    """A policy that is a bare JSON ``true`` / ``false``."""
+
+    def check(body: object) -> bool:
+        if not isinstance(body, bool):
+            raise PolicyError(400, f"{name}: must be true or false, got {body!r}")
+        return body
+
+    return check
 
 
 def check_backlog_quota(body: object) -> dict[str, Any]:

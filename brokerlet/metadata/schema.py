@@ -61,6 +61,22 @@ MIGRATIONS: Final[list[Migration]] = [
             "CREATE INDEX topics_by_namespace ON topics(namespace)",
         ),
     ),
+    Migration(
+        2,
+        "schema versions of the schema registry (brokerlet.schema.TableSchemaStorage)",
+        _statements(
+            # One row per version, deletion markers included; schema_id is tenant/ns/topic.
+            "CREATE TABLE schema_versions ("
+            " schema_id TEXT NOT NULL,"
+            " version INTEGER NOT NULL,"
+            " type INTEGER NOT NULL,"
+            " data BLOB NOT NULL,"
+            " properties TEXT NOT NULL,"
+            " timestamp_ms INTEGER NOT NULL,"
+            " deleted INTEGER NOT NULL,"
+            " PRIMARY KEY (schema_id, version))",
+        ),
+    ),
 ]
 
 for _index, _migration in enumerate(MIGRATIONS, start=1):

@@ -34,6 +34,7 @@ from brokerlet.actors.eventloop import EventLoopActor
 from brokerlet.actors.messages import ConnectionLost, Received, WritabilityChanged
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import ConnectionHandle
+from brokerlet.schema import SchemaRegistry
 from brokerlet.security.service import Security
 from brokerlet.transport.channel import Channel
 from brokerlet.transport.protocol import FrameDecoder, ProtocolError, encode_command, pb
@@ -74,8 +75,10 @@ class Server:
         advertised_url_tls: Callable[[], str] | None = None,
         security: Security | None = None,
         limits_shared_with: Server | None = None,
+        schemas: SchemaRegistry | None = None,
     ) -> None:
         self.settings = settings
+        self.schemas = schemas
         self.broker = broker
         self.event_loops = event_loops
         self._advertised_url = advertised_url
@@ -204,6 +207,7 @@ class Server:
             advertised_url_tls=advertised_tls,
             security=self._security,
             peer_cert=peer_cert,
+            schemas=self.schemas,
         )
         handle.actor = actor
         self._connections.add(sock)

@@ -15,6 +15,7 @@ from brokerlet.admin.routes import (
     compaction,
     lookup,
     namespaces,
+    schemas,
     stats,
     tenants,
     topics,
@@ -22,7 +23,7 @@ from brokerlet.admin.routes import (
 
 __all__ = ["MODULES", "all_routes"]
 
-MODULES = (stats, brokers, clusters, tenants, namespaces, topics, lookup, compaction)
+MODULES = (stats, brokers, clusters, tenants, namespaces, topics, lookup, schemas, compaction)
 
 
 @functools.cache

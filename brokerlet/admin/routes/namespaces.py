@@ -265,6 +265,14 @@ def _revoke(request: AdminRequest, tenant: str, namespace: str, role: str) -> No
     _update(request, tenant, namespace, change)
 
 
+def _allow_auto_update(request: AdminRequest, tenant: str, namespace: str) -> Reply:
+    # Unset in the namespace: the broker's isAllowAutoUpdateSchemaEnabled, as Pulsar answers.
+    value = _stored(request, tenant, namespace).get("is_allow_auto_update_schema")
+    if value is None:
+        value = request.context.settings.allow_auto_update_schema
+    return _json(value)
+
+
 def routes() -> list[Route]:
     return [
         Route("/admin/v2/namespaces/<seg:tenant>", ("GET",), list_namespaces, auth="tenant"),
@@ -284,6 +292,30 @@ def routes() -> list[Route]:
             set_method="PUT",
             unset="UNDEFINED",
         ),
+        # The schema registry's other namespace policies (Pulsar's Namespaces resource).
+        *_policy_routes(
+            "schemaAutoUpdateCompatibilityStrategy",
+            "schema_auto_update_compatibility_strategy",
+            _checked(checks.check_auto_update_strategy),
+            set_method="PUT",
+            unset="Full",
+        ),
+        *_policy_routes(
+            "schemaValidationEnforced",
+            "schema_validation_enforced",
+            _checked(checks.check_flag("schemaValidationEnforced")),
+            unset=False,
+        ),
+        Route(f"{NAMESPACE}/isAllowAutoUpdateSchema", ("GET",), _allow_auto_update, auth="tenant"),
+        *[
+            route
+            for route in _policy_routes(
+                "isAllowAutoUpdateSchema",
+                "is_allow_auto_update_schema",
+                _checked(checks.check_flag("isAllowAutoUpdateSchema")),
+            )
+            if route.methods != ("GET",)
+        ],
         # retention: its set checks the backlog quota, so it is spelled out.
         Route(
             f"{NAMESPACE}/retention",

@@ -1,7 +1,7 @@
 """Answers to requests brokerlet knows of but does not serve yet.
 
 brokerlet's schema declares the type of every Pulsar command but not the body of the ones it
-does not implement (schemas, consumer stats, transactions, topic-list watchers), so their body
+does not implement (consumer stats, transactions, topic-list watchers), so their body
 arrives as an unknown field. A client waits for the answer to such a request until its
 operation timeout (30 s); answering at once with an error fails it promptly. The request id
 is read from the unknown body, and the answer is the command's own response type where that
@@ -36,8 +36,6 @@ _TXN_STYLE = (4, 5)  # txnid bits are 2 and 3; error = 4, message = 5
 
 UNSUPPORTED: dict[int, _Reply] = {
     T.CONSUMER_STATS: _Reply(1, T.CONSUMER_STATS_RESPONSE, *_SCHEMA_STYLE),
-    T.GET_SCHEMA: _Reply(1, T.GET_SCHEMA_RESPONSE, *_SCHEMA_STYLE),
-    T.GET_OR_CREATE_SCHEMA: _Reply(1, T.GET_OR_CREATE_SCHEMA_RESPONSE, *_SCHEMA_STYLE),
     T.NEW_TXN: _Reply(1, T.NEW_TXN_RESPONSE, *_TXN_STYLE),
     T.ADD_PARTITION_TO_TXN: _Reply(1, T.ADD_PARTITION_TO_TXN_RESPONSE, *_TXN_STYLE),
     T.ADD_SUBSCRIPTION_TO_TXN: _Reply(1, T.ADD_SUBSCRIPTION_TO_TXN_RESPONSE, *_TXN_STYLE),

@@ -261,8 +261,8 @@ Global___IntRange: _TypeAlias = IntRange  # noqa: Y015
 
 @_typing.final
 class Schema(_message.Message):
-    """Schema attached to PRODUCER and SUBSCRIBE. brokerlet has no registry yet and only
-    carries it along.
+    """Schema attached to PRODUCER, SUBSCRIBE and GET_OR_CREATE_SCHEMA, and answered by
+    GET_SCHEMA. Type names the values Pulsar defines.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -293,6 +293,8 @@ class Schema(_message.Message):
         LocalTime: Schema._Type.ValueType  # 18
         LocalDateTime: Schema._Type.ValueType  # 19
         ProtobufNative: Schema._Type.ValueType  # 20
+        AutoConsume: Schema._Type.ValueType  # 21
+        External: Schema._Type.ValueType  # 22
 
     class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
     String: Schema.Type.ValueType  # 1
@@ -315,6 +317,8 @@ class Schema(_message.Message):
     LocalTime: Schema.Type.ValueType  # 18
     LocalDateTime: Schema.Type.ValueType  # 19
     ProtobufNative: Schema.Type.ValueType  # 20
+    AutoConsume: Schema.Type.ValueType  # 21
+    External: Schema.Type.ValueType  # 22
 
     NAME_FIELD_NUMBER: _builtins.int
     SCHEMA_DATA_FIELD_NUMBER: _builtins.int
@@ -322,7 +326,11 @@ class Schema(_message.Message):
     PROPERTIES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     schema_data: _builtins.bytes
-    type: Global___Schema.Type.ValueType
+    type: _builtins.int
+    """Values of Type, declared as int32 (the same varint on the wire) so that a value newer
+    than this file parses: the registry then refuses the producer or consumer by name,
+    where a closed proto2 enum would drop the required field and with it the connection.
+    """
     @_builtins.property
     def properties(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyValue]: ...
     def __init__(
@@ -330,7 +338,7 @@ class Schema(_message.Message):
         *,
         name: _builtins.str | None = ...,
         schema_data: _builtins.bytes | None = ...,
-        type: Global___Schema.Type.ValueType | None = ...,
+        type: _builtins.int | None = ...,
         properties: _abc.Iterable[Global___KeyValue] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "schema_data", b"schema_data", "type", b"type"]  # noqa: Y015
@@ -1637,6 +1645,118 @@ class CommandError(_message.Message):
 Global___CommandError: _TypeAlias = CommandError  # noqa: Y015
 
 @_typing.final
+class CommandGetSchema(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    topic: _builtins.str
+    schema_version: _builtins.bytes
+    """8-byte big-endian version; absent: the latest."""
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int | None = ...,
+        topic: _builtins.str | None = ...,
+        schema_version: _builtins.bytes | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id", "schema_version", b"schema_version", "topic", b"topic"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id", "schema_version", b"schema_version", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandGetSchema: _TypeAlias = CommandGetSchema  # noqa: Y015
+
+@_typing.final
+class CommandGetSchemaResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    SCHEMA_FIELD_NUMBER: _builtins.int
+    SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    error_code: Global___ServerError.ValueType
+    error_message: _builtins.str
+    schema_version: _builtins.bytes
+    @_builtins.property
+    def schema(self) -> Global___Schema: ...
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int | None = ...,
+        error_code: Global___ServerError.ValueType | None = ...,
+        error_message: _builtins.str | None = ...,
+        schema: Global___Schema | None = ...,
+        schema_version: _builtins.bytes | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "request_id", b"request_id", "schema", b"schema", "schema_version", b"schema_version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "request_id", b"request_id", "schema", b"schema", "schema_version", b"schema_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandGetSchemaResponse: _TypeAlias = CommandGetSchemaResponse  # noqa: Y015
+
+@_typing.final
+class CommandGetOrCreateSchema(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SCHEMA_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    topic: _builtins.str
+    @_builtins.property
+    def schema(self) -> Global___Schema: ...
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int | None = ...,
+        topic: _builtins.str | None = ...,
+        schema: Global___Schema | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id", "schema", b"schema", "topic", b"topic"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id", "schema", b"schema", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandGetOrCreateSchema: _TypeAlias = CommandGetOrCreateSchema  # noqa: Y015
+
+@_typing.final
+class CommandGetOrCreateSchemaResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    error_code: Global___ServerError.ValueType
+    error_message: _builtins.str
+    schema_version: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int | None = ...,
+        error_code: Global___ServerError.ValueType | None = ...,
+        error_message: _builtins.str | None = ...,
+        schema_version: _builtins.bytes | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "request_id", b"request_id", "schema_version", b"schema_version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "request_id", b"request_id", "schema_version", b"schema_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandGetOrCreateSchemaResponse: _TypeAlias = CommandGetOrCreateSchemaResponse  # noqa: Y015
+
+@_typing.final
 class BaseCommand(_message.Message):
     """The command at the start of every frame: `type` names the one body that is set."""
 
@@ -1799,8 +1919,12 @@ class BaseCommand(_message.Message):
     ACTIVE_CONSUMER_CHANGE_FIELD_NUMBER: _builtins.int
     GET_TOPICS_OF_NAMESPACE_FIELD_NUMBER: _builtins.int
     GET_TOPICS_OF_NAMESPACE_RESPONSE_FIELD_NUMBER: _builtins.int
+    GET_SCHEMA_FIELD_NUMBER: _builtins.int
+    GET_SCHEMA_RESPONSE_FIELD_NUMBER: _builtins.int
     AUTH_CHALLENGE_FIELD_NUMBER: _builtins.int
     AUTH_RESPONSE_FIELD_NUMBER: _builtins.int
+    GET_OR_CREATE_SCHEMA_FIELD_NUMBER: _builtins.int
+    GET_OR_CREATE_SCHEMA_RESPONSE_FIELD_NUMBER: _builtins.int
     type: Global___BaseCommand.Type.ValueType
     @_builtins.property
     def connect(self) -> Global___CommandConnect: ...
@@ -1861,9 +1985,17 @@ class BaseCommand(_message.Message):
     @_builtins.property
     def get_topics_of_namespace_response(self) -> Global___CommandGetTopicsOfNamespaceResponse: ...
     @_builtins.property
+    def get_schema(self) -> Global___CommandGetSchema: ...
+    @_builtins.property
+    def get_schema_response(self) -> Global___CommandGetSchemaResponse: ...
+    @_builtins.property
     def auth_challenge(self) -> Global___CommandAuthChallenge: ...
     @_builtins.property
     def auth_response(self) -> Global___CommandAuthResponse: ...
+    @_builtins.property
+    def get_or_create_schema(self) -> Global___CommandGetOrCreateSchema: ...
+    @_builtins.property
+    def get_or_create_schema_response(self) -> Global___CommandGetOrCreateSchemaResponse: ...
     def __init__(
         self,
         *,
@@ -1897,12 +2029,16 @@ class BaseCommand(_message.Message):
         active_consumer_change: Global___CommandActiveConsumerChange | None = ...,
         get_topics_of_namespace: Global___CommandGetTopicsOfNamespace | None = ...,
         get_topics_of_namespace_response: Global___CommandGetTopicsOfNamespaceResponse | None = ...,
+        get_schema: Global___CommandGetSchema | None = ...,
+        get_schema_response: Global___CommandGetSchemaResponse | None = ...,
         auth_challenge: Global___CommandAuthChallenge | None = ...,
         auth_response: Global___CommandAuthResponse | None = ...,
+        get_or_create_schema: Global___CommandGetOrCreateSchema | None = ...,
+        get_or_create_schema_response: Global___CommandGetOrCreateSchemaResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "auth_challenge", b"auth_challenge", "auth_response", b"auth_response", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "get_topics_of_namespace", b"get_topics_of_namespace", "get_topics_of_namespace_response", b"get_topics_of_namespace_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "auth_challenge", b"auth_challenge", "auth_response", b"auth_response", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "get_or_create_schema", b"get_or_create_schema", "get_or_create_schema_response", b"get_or_create_schema_response", "get_schema", b"get_schema", "get_schema_response", b"get_schema_response", "get_topics_of_namespace", b"get_topics_of_namespace", "get_topics_of_namespace_response", b"get_topics_of_namespace_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "auth_challenge", b"auth_challenge", "auth_response", b"auth_response", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "get_topics_of_namespace", b"get_topics_of_namespace", "get_topics_of_namespace_response", b"get_topics_of_namespace_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "active_consumer_change", b"active_consumer_change", "auth_challenge", b"auth_challenge", "auth_response", b"auth_response", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "get_last_message_id", b"get_last_message_id", "get_last_message_id_response", b"get_last_message_id_response", "get_or_create_schema", b"get_or_create_schema", "get_or_create_schema_response", b"get_or_create_schema_response", "get_schema", b"get_schema", "get_schema_response", b"get_schema_response", "get_topics_of_namespace", b"get_topics_of_namespace", "get_topics_of_namespace_response", b"get_topics_of_namespace_response", "lookup", b"lookup", "lookup_response", b"lookup_response", "message", b"message", "partitioned_metadata", b"partitioned_metadata", "partitioned_metadata_response", b"partitioned_metadata_response", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "redeliver_unacknowledged_messages", b"redeliver_unacknowledged_messages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
