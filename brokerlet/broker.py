@@ -39,6 +39,8 @@ from brokerlet.security.authorization import PolicySource, PulsarShapedPolicies
 from brokerlet.security.http import admin_guard, start_https
 from brokerlet.security.service import Security
 from brokerlet.storage import DiskStorage, FileOps
+from brokerlet.topicops import api as topic_api
+from brokerlet.topicops.entries import StoredMessage
 from brokerlet.transport.server import Server
 from brokerlet.transport.tls import server_context
 
@@ -256,6 +258,83 @@ class Broker:
     def stats(self) -> dict[str, Any]:
         """Stats of every topic, keyed by topic name."""
         return self._call(stats_reader.all_stats)
+
+    # Topic operations (as Pulsar's admin API does them; the REST routes call the same code).
+    # Each raises brokerlet.topicops.TopicOpError with Pulsar's HTTP status and reason.
+
+    def terminate_topic(self, topic: str) -> tuple[int, int]:
+        """Refuse later producers and messages; returns the last message id (ledger, entry)."""
+        return self._call(lambda ref: topic_api.terminate_topic(ref, topic), 60)
+
+    def unload_topic(self, topic: str) -> None:
+        """Close the topic's producers and consumers (they reconnect); nothing is lost."""
+        self._call(lambda ref: topic_api.unload_topic(ref, topic), 60)
+
+    def delete_topic(self, topic: str, force: bool = False) -> None:
+        """Delete a topic and its subscriptions; with clients connected only with ``force``."""
+        self._call(lambda ref: topic_api.delete_topic(ref, topic, force=force), 60)
+
+    def skip(self, topic: str, subscription: str, count: int) -> None:
+        """Acknowledge the subscription's next ``count`` unacknowledged entries."""
+        self._call(lambda ref: topic_api.skip(ref, topic, subscription, count), 60)
+
+    def skip_all(self, topic: str, subscription: str) -> None:
+        """Clear the subscription's backlog."""
+        self._call(lambda ref: topic_api.skip_all(ref, topic, subscription), 60)
+
+    def reset_cursor(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        timestamp_ms: int | None = None,
+        message_id: tuple[int, int] | None = None,
+    ) -> None:
+        """Move the subscription to a publish time or a message id; its consumers reconnect."""
+        self._call(
+            lambda ref: topic_api.reset_cursor(
+                ref, topic, subscription, timestamp_ms=timestamp_ms, message_id=message_id
+            ),
+            60,
+        )
+
+    def expire_messages(self, topic: str, subscription: str | None, seconds: int) -> None:
+        """Acknowledge messages older than ``seconds`` (every subscription when None)."""
+        self._call(lambda ref: topic_api.expire_messages(ref, topic, subscription, seconds), 60)
+
+    def peek_messages(self, topic: str, subscription: str, position: int = 1) -> StoredMessage:
+        """The ``position``-th entry after the subscription's mark-delete position."""
+        return self._call(lambda ref: topic_api.peek_messages(ref, topic, subscription, position))
+
+    def get_message_by_id(self, topic: str, ledger_id: int, entry_id: int) -> StoredMessage:
+        return self._call(lambda ref: topic_api.get_message_by_id(ref, topic, ledger_id, entry_id))
+
+    def examine_message(
+        self, topic: str, initial_position: str = "latest", position: int = 1
+    ) -> StoredMessage:
+        return self._call(
+            lambda ref: topic_api.examine_message(ref, topic, initial_position, position)
+        )
+
+    def internal_stats(self, topic: str) -> dict[str, Any]:
+        return self._call(lambda ref: topic_api.internal_stats(ref, topic))
+
+    def create_subscription(
+        self, topic: str, subscription: str, position: str | tuple[int, int] = "latest"
+    ) -> None:
+        """A durable subscription at ``latest``, ``earliest`` or a message id (ledger, entry)."""
+        self._call(lambda ref: topic_api.create_subscription(ref, topic, subscription, position))
+
+    def delete_subscription(self, topic: str, subscription: str, force: bool = False) -> None:
+        self._call(
+            lambda ref: topic_api.delete_subscription(ref, topic, subscription, force=force), 60
+        )
+
+    def subscriptions(self, topic: str) -> list[str]:
+        return self._call(lambda ref: topic_api.list_subscriptions(ref, topic))
+
+    def last_message_id(self, topic: str) -> dict[str, int]:
+        return self._call(lambda ref: topic_api.last_message_id(ref, topic))
 
     def _call(self, func: Callable[[pykka.ActorRef[BrokerActor]], R], timeout: float = 10.0) -> R:
         """Run ``func(broker_actor)`` on the broker's hub and return its result to this thread."""

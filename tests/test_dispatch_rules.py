@@ -26,6 +26,7 @@ from brokerlet.actors.messages import (
     AddConsumer,
     ConsumerClosedByBroker,
     GetLastEntry,
+    OpenTopic,
     SendMessages,
     Subscribe,
     UnexpectedMessage,
@@ -41,6 +42,7 @@ from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, SHARED
 from brokerlet.storage import MemoryLedger
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.ledger import Entry
+from brokerlet.topicops import api as topicops_api
 from brokerlet.transport.protocol import FrameDecoder, pb
 from tests.dispatch_harness import Block, FakeChannel, Harness, Noop, make_entry
 
@@ -333,6 +335,48 @@ def test_a_stats_request_never_holds_the_topic_actor_while_a_dispatcher_is_busy(
         stats = reader.get(timeout=5)
         assert list(stats["subscriptions"]) == ["s"]
         assert stats["subscriptions"]["s"]["consumers"][0]["consumerName"] == "c"
+    finally:
+        release.set()
+        topic.stop(block=True, timeout=5)
+
+
+class _OneTopicBroker:
+    """Stands for the broker actor: ``OpenTopic`` answers the one topic."""
+
+    def __init__(self, topic: Any) -> None:
+        self.topic = topic
+
+    def ask(self, message: Any, **_kwargs: Any) -> Any:
+        assert isinstance(message, OpenTopic), message
+        return self.topic
+
+
+@pytest.mark.parametrize("operation", ["stats", "internalStats"])
+def test_the_admin_stats_never_hold_the_topic_actor_while_a_dispatcher_is_busy(
+    operation: str,
+) -> None:
+    """The admin routes' stats (topicops.api) take stats_reader's path: the topic answers its
+    part and the dispatchers' refs, the caller's greenlet asks the dispatchers."""
+    settings = load_settings(env={})
+    topic = TopicActor.start("persistent://public/default/t", MemoryLedger(1), settings)
+    entered, release = gevent.event.Event(), gevent.event.Event()
+    try:
+        dispatcher = topic.ask(Subscribe("s", SHARED, True, 0), block=True)
+        handle = ConnectionHandle("p", SlowStatsChannel(entered, release), event_loop=None)  # type: ignore[arg-type]
+        dispatcher.ask(AddConsumer(Consumer(1, "c", "t", "s", SHARED, 0, handle)), block=True)
+        broker = _OneTopicBroker(topic)
+        gather = topicops_api.topic_stats if operation == "stats" else topicops_api.internal_stats
+        reader = gevent.spawn(gather, broker, "persistent://public/default/t")
+        assert entered.wait(5), "the dispatcher never started on its stats"
+        assert topic.ask(GetLastEntry(), block=True, timeout=1) == (1, -1)
+        release.set()
+        stats = reader.get(timeout=5)
+        if operation == "stats":
+            assert stats["subscriptions"]["s"]["consumers"][0]["consumerName"] == "c"
+            assert stats["terminated"] is False
+        else:
+            assert stats["cursors"]["s"]["active"] is True
+            assert stats["cursors"]["s"]["markDeletePosition"] == "1:-1"
     finally:
         release.set()
         topic.stop(block=True, timeout=5)

@@ -596,6 +596,34 @@ def test_stats_need_the_tenant_admin_or_a_super_user(secured: Secured) -> None:
     assert get(f"{secured.https_url}/metrics").status_code == 200  # open, as in Pulsar
 
 
+def test_topic_operations_need_consume_or_the_tenant_admin(secured: Secured) -> None:
+    """PulsarAuthorizationProvider#allowTopicOperationAsync: SKIP, PEEK_MESSAGES,
+    RESET_CURSOR, GET_SUBSCRIPTIONS, ... need the consume permission; TERMINATE and UNLOAD
+    the tenant's admin. A 404 (no such topic) means the guard let the request through."""
+    topic = f"{secured.https_url}/admin/v2/persistent/acme/app/ops-topic"
+    app_token = {"Authorization": f"Bearer {secured.token('app-role')}"}
+    admin_token = {"Authorization": f"Bearer {secured.token('admin')}"}
+
+    def call(method: str, path: str, **kw: Any) -> int:
+        answer = requests.request(method, topic + path, verify=secured.pki.ca, timeout=10, **kw)
+        return answer.status_code
+
+    consume_level = [
+        ("GET", "/subscriptions"),
+        ("GET", "/subscription/s/position/1"),
+        ("POST", "/subscription/s/skip/1"),
+        ("POST", "/subscription/s/resetcursor/0"),
+        ("POST", "/all_subscription/expireMessages/10"),
+        ("GET", "/examinemessage"),
+    ]
+    for method, path in consume_level:
+        assert call(method, path, headers=app_token) == 404, path  # allowed: no such topic
+        assert call(method, path) == 403, path  # anonymous has nothing on acme/app
+    for method, path in [("POST", "/terminate"), ("PUT", "/unload"), ("GET", "/internalStats")]:
+        assert call(method, path, headers=app_token) == 403, path
+        assert call(method, path, headers=admin_token) == 404, path
+
+
 def test_schema_routes_take_the_levels_of_pulsars_schemas_resource(secured: Secured) -> None:
     # SchemasResourceBase: GET = TopicOperation.GET_METADATA (produce or consume on the
     # namespace), POST = PRODUCE, DELETE and /compatibility = the tenant's admin.

@@ -25,13 +25,14 @@ from brokerlet.actors.messages import (
     CloseIdleTopics,
     CreateTopic,
     DeleteTopic,
-    ExpireMessages,
+    ExpireEntries,
     FindTopic,
     GetTopic,
     IsIdle,
     ListTopics,
     LookupCheck,
     MaybeCompact,
+    OpenTopic,
     PartitionedMetadata,
     Subscribe,
     TopicFailed,
@@ -53,6 +54,8 @@ from brokerlet.storage import CursorStore, DiskStorage, Ledger, MemoryLedger
 from brokerlet.storage.backlog_quota import QuotaService, QuotaState, backlog_quotas
 from brokerlet.storage.expiry import ExpiryService, message_ttl
 from brokerlet.storage.retention import RetentionPolicy, RetentionService, retention_policy
+from brokerlet.topicops import broker_side as topic_ops
+from brokerlet.topicops.nonpersistent import is_non_persistent
 from brokerlet.transport.protocol import pb
 
 __all__ = [
@@ -203,6 +206,8 @@ class BrokerActor(GeventActor):
             return self._update_partitions(message)
         if isinstance(message, DeleteTopic):
             return self._delete(message)
+        if isinstance(message, OpenTopic):
+            return topic_ops.open_topic(self, message.name)
         raise UnexpectedMessage(self, message)
 
     def on_stop(self) -> None:
@@ -229,7 +234,7 @@ class BrokerActor(GeventActor):
                 self._refusing(rules.admit, parsed)
             ledger: Ledger
             cursors: CursorStore | None = None
-            if self.storage is not None:
+            if self.storage is not None and not is_non_persistent(name):
                 ledger, cursors = self.storage.open_topic(name)
             else:
                 memory = self._memory_ledgers.get(name)
@@ -394,7 +399,7 @@ def _parse(name: str) -> TopicName:
 
 def _expirer(topic: pykka.ActorRef[TopicActor]) -> Callable[[int], None]:
     def expire(entry_id: int) -> None:
-        tell_quietly(topic, ExpireMessages(entry_id))
+        tell_quietly(topic, ExpireEntries(entry_id))
 
     return expire
 

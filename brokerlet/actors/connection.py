@@ -38,6 +38,7 @@ from brokerlet.actors.messages import (
     AppendItem,
     ConnectionLost,
     ConsumerClosedByBroker,
+    EndOfTopicReached,
     FindTopic,
     GetLastEntry,
     GetMarkDelete,
@@ -73,6 +74,7 @@ from brokerlet.schema import SchemaError, SchemaRegistry
 from brokerlet.schema import wire as schema_wire
 from brokerlet.security.session import CheckCredentials, ConnectionAuth
 from brokerlet.storage.ledger import NewEntry
+from brokerlet.topicops.wire import knows_end_of_topic, reached_end_of_topic
 from brokerlet.transport.protocol import (
     PROTOCOL_VERSION,
     Frame,
@@ -166,6 +168,7 @@ class ConnectionActor(GeventActor):
         )
         self.connected = False
         self.protocol_version = 0
+        self.client_version = ""
         self.producers: dict[int, _Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self._unknown_consumer = RepeatedWarning(log, self.peer, "for unknown consumers")
@@ -205,6 +208,8 @@ class ConnectionActor(GeventActor):
             self._lost(message.reason)
         elif kind is ConsumerClosedByBroker:
             self._closed_by_broker(message.consumer)
+        elif kind is EndOfTopicReached:
+            self._end_of_topic(message.consumer)
         elif kind is CheckCredentials:
             self.auth.check_expiry()
         elif kind is TopicClosedByBroker:
@@ -330,6 +335,7 @@ class ConnectionActor(GeventActor):
         if not self.auth.connect(connect, self.actor_ref.tell):
             return  # refused with AuthenticationError; the connection is closing
         self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
+        self.client_version = connect.client_version
         self.connected = True
         log.debug(
             "%s connected: %s, protocol %d",
@@ -525,7 +531,8 @@ class ConnectionActor(GeventActor):
         self._success(request.request_id)
 
     def _topic_closed(self, topic_ref: pykka.ActorRef[TopicActor]) -> None:
-        """The topic failed: close its producers, so their clients reconnect to its successor."""
+        """The topic failed, was unloaded or terminated: close its producers, so their clients
+        reconnect (to its successor, or to be refused with TopicTerminatedError)."""
         for producer in [p for p in self.producers.values() if p.topic_ref is topic_ref]:
             self._producer_closed_by_broker(producer)
 
@@ -829,6 +836,14 @@ class ConnectionActor(GeventActor):
         self._consumers_changed()
         close = pb.CommandCloseConsumer(consumer_id=consumer.consumer_id, request_id=NO_ID)
         return [encode_command(T(type=T.CLOSE_CONSUMER, close_consumer=close))]
+
+    # End of topic (topic operations: a terminated topic read to its end).
+
+    def _end_of_topic(self, consumer: Consumer) -> None:
+        if self.consumers.get(consumer.consumer_id) is not consumer:
+            return
+        if knows_end_of_topic(self.protocol_version, self.client_version):
+            self._send(reached_end_of_topic(consumer.consumer_id))
 
     def _get_last_message_id(self, command: pb.BaseCommand) -> None:
         request = command.get_last_message_id

@@ -72,6 +72,7 @@ from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.expiry import ExpiryCounter
 from brokerlet.storage.ledger import Entry
+from brokerlet.topicops.subscription_side import SubscriptionOps
 
 if TYPE_CHECKING:
     from brokerlet.actors.topic import TopicActor
@@ -171,6 +172,8 @@ class Dispatcher:
             GetCursorState: lambda _: (self.cursor.mark_delete, self.cursor.acked_ids()),
             CloseConsumers: self._close_consumers,
         }
+        # Admin operations: skips, expiry, non-persistent drops, end of topic.
+        self._handlers.update(SubscriptionOps(self).handlers(self._handlers))
 
     # Actor plumbing.
 
@@ -264,6 +267,7 @@ class Dispatcher:
         self.cursor.reset(message.entry_id - 1)
         self._rewind()  # reads start again at entry_id
         self._cursor_changed()
+        self.topic.tell(MarkDeleteMoved(self.name, self.cursor.mark_delete))  # stats, retention
         log.info("%s: reset to entry %d", self, message.entry_id)
         for consumer in closed:
             if consumer.connection is not message.requester and consumer.connection.actor:
@@ -271,13 +275,18 @@ class Dispatcher:
         return [c for c in closed if c.connection is message.requester]
 
     def _close_consumers(self, message: CloseConsumers) -> int:
-        consumers = self.book.consumers
-        if message.close:
-            for consumer in consumers:
-                consumer.detach()
-                if consumer.connection.actor:
-                    consumer.connection.actor.tell(ConsumerClosedByBroker(consumer))
-        return len(consumers)
+        """Close every consumer the broker's way (delete, unload); their unacked entries come
+        again when they reconnect. Answers how many were attached."""
+        attached = len(self.book.consumers)
+        if not message.close or (message.only_if_idle and attached):
+            return attached
+        if message.forget_cursor:
+            self.cursor_saver.forget()  # the subscription is being deleted
+        closed = self.subscription.close_all()
+        self._rewind()
+        for consumer in closed:
+            tell_quietly(consumer.connection.actor, ConsumerClosedByBroker(consumer))
+        return attached
 
     def _rewind(self) -> None:
         """No consumer is left: cancel the read in flight and re-read from the mark-delete."""

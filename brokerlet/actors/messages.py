@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Ack",
+    "AckDropped",
+    "AckUpTo",
     "AddConsumer",
     "AddProducer",
     "Append",
@@ -41,25 +43,37 @@ __all__ = [
     "CompactionStatus",
     "ConnectionLost",
     "ConsumerClosedByBroker",
+    "CreateSubscription",
     "CreateTopic",
     "CursorState",
+    "DeleteSubscription",
     "DeleteTopic",
     "DispatcherFailed",
+    "EndOfTopicReached",
     "EntriesRead",
+    "ExamineMessage",
+    "ExpireEntries",
     "ExpireMessages",
     "ExpireUpTo",
     "FindTopic",
     "GetCursorState",
     "GetLastEntry",
     "GetMarkDelete",
+    "GetMessage",
+    "GetPermitTotal",
     "GetStats",
     "GetTopic",
+    "InternalStats",
     "IsIdle",
+    "LastMessageId",
+    "ListSubscriptions",
     "ListTopics",
     "LookupCheck",
     "MarkDeleteMoved",
     "MaybeCompact",
+    "OpenTopic",
     "PartitionedMetadata",
+    "PeekMessage",
     "PersistCursor",
     "ReadEntries",
     "ReadIds",
@@ -70,17 +84,23 @@ __all__ = [
     "RemoveConsumer",
     "RemoveProducer",
     "ReplayReady",
+    "ResetCursor",
     "ResolvePosition",
     "Seek",
     "SendMessages",
+    "SkipEntries",
+    "SkipEntriesOf",
     "Subscribe",
     "SubscriptionClosed",
+    "TerminateTopic",
     "TopicClosedByBroker",
     "TopicFailed",
     "TopicStats",
     "TopicStatsPart",
+    "TopicTerminated",
     "TopicsOfNamespace",
     "UnexpectedMessage",
+    "UnloadTopic",
     "UpdatePartitions",
     "WritabilityChanged",
     "WriteAfterMessages",
@@ -193,6 +213,14 @@ class TopicFailed:
     cursors: dict[str, CursorState]
 
 
+@dataclass(frozen=True, slots=True)
+class OpenTopic:
+    """Asked (topic operations): the topic's actor, opening a topic the metadata store or the
+    disk knows but no actor serves yet; None for a topic that does not exist (never creates)."""
+
+    name: str
+
+
 # TopicActor: appends, producers, subscriptions and reads.
 
 
@@ -282,6 +310,7 @@ class TopicStatsPart:
     own: dict[str, Any]  # Pulsar's topic stats fields the topic actor keeps itself
     last_entry_id: int
     subscriptions: dict[str, tuple[pykka.ActorRef[DispatcherActor], int]]  # with mark-delete
+    extra: dict[str, Any] = field(default_factory=dict)  # topic operations: terminated, drops
 
 
 class IsIdle:
@@ -292,7 +321,7 @@ class IsIdle:
 
 
 @dataclass(frozen=True, slots=True)
-class ExpireMessages:
+class ExpireEntries:
     """Acknowledge every entry up to ``entry_id`` on every subscription (message TTL, or the
     admin expireMessages operation; storage/expiry.py finds the entry). ``expiry`` False: a
     backlog-quota eviction, not counted as expired."""
@@ -382,6 +411,85 @@ class SubscriptionClosed:
     deleted: bool = False  # unsubscribed (or non-durable): forget its stored cursor too
 
 
+# TopicActor, topic operations (brokerlet.topicops.topic_side handles them).
+
+
+@dataclass(frozen=True, slots=True)
+class TerminateTopic:
+    """Asked: refuse later messages; answers the last message id ``(ledger, entry)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadTopic:
+    """Close every producer and consumer (they reconnect); state stays stored."""
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSubscription:
+    subscription: str
+    position: str | tuple[int, int]  # "latest", "earliest" or a message id
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSubscription:
+    subscription: str
+    force: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ListSubscriptions:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SkipEntries:
+    subscription: str
+    count: int | None  # None: skip everything
+
+
+@dataclass(frozen=True, slots=True)
+class ResetCursor:
+    subscription: str
+    publish_time_ms: int | None = None
+    message_id: tuple[int, int] | None = None
+    excluded: bool = False  # the message id's own entry is skipped too
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireMessages:
+    subscription: str | None  # None: every subscription
+    seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeekMessage:
+    subscription: str
+    position: int  # 1 = the first entry after the mark-delete position
+
+
+@dataclass(frozen=True, slots=True)
+class ExamineMessage:
+    initial_position: str  # "earliest" or "latest"
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class GetMessage:
+    ledger_id: int
+    entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class InternalStats:
+    """Asked: the managed-ledger part of internalStats and the dispatchers' refs (the caller
+    asks those itself, see ``brokerlet.topicops.api``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LastMessageId:
+    pass
+
+
 # ConnectionActor: what the reader greenlet decoded, receipts, broker-initiated closes.
 
 
@@ -423,9 +531,17 @@ class ConsumerClosedByBroker:
 
 @dataclass(frozen=True, slots=True)
 class TopicClosedByBroker:
-    """The topic failed: close your producers on it (the clients reconnect)."""
+    """The topic failed, was unloaded or terminated: close your producers on it (the clients
+    reconnect)."""
 
-    topic: pykka.ActorRef[TopicActor]  # the dead ref
+    topic: pykka.ActorRef[TopicActor]
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfTopicReached:
+    """The consumer read a terminated topic to its end (REACHED_END_OF_TOPIC)."""
+
+    consumer: Consumer
 
 
 # DispatcherActor: one subscription's delivery.
@@ -507,9 +623,16 @@ class GetCursorState:
 @dataclass(frozen=True, slots=True)
 class CloseConsumers:
     """Asked: how many consumers are attached; with ``close``, also close each of them the
-    broker's way (CLOSE_CONSUMER; the client reconnects). Used before a topic is deleted."""
+    broker's way (CLOSE_CONSUMER; the client reconnects, its unacked entries come again).
 
-    close: bool
+    Used before a topic is deleted, by unload and by subscription deletes. With
+    ``only_if_idle`` nothing is closed while a consumer is attached; ``forget_cursor``: the
+    subscription is being deleted, its cursor is never saved again.
+    """
+
+    close: bool = True
+    only_if_idle: bool = False
+    forget_cursor: bool = False
 
 
 class BatchWritten:
@@ -523,6 +646,45 @@ class PersistCursor:
 class ReplayReady:
     """A strategy's delayed wake-up has come: replayed entries may go out now (Key_Shared:
     draining hashes were released and the unblocking interval has passed)."""
+
+
+# DispatcherActor, topic operations (brokerlet.topicops.subscription_side handles them).
+
+
+@dataclass(frozen=True, slots=True)
+class AckUpTo:
+    """Acknowledge every entry up to ``entry_id`` (skip all, expiry)."""
+
+    entry_id: int
+    expiry: bool = False  # counted in totalMsgExpired / lastExpireTimestamp
+
+
+@dataclass(frozen=True, slots=True)
+class SkipEntriesOf:
+    """Asked: acknowledge the next ``count`` unacknowledged entries up to ``last_entry_id``."""
+
+    count: int
+    last_entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicTerminated:
+    """The topic was terminated after ``last_entry_id``: tell consumers at the end."""
+
+    last_entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class AckDropped:
+    """Non-persistent: entries dropped for this subscription (or vanished from the ledger
+    before a replay read) count as acknowledged."""
+
+    entry_ids: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class GetPermitTotal:
+    """Asked: the dispatcher's permit total (shared, read by the non-persistent rule)."""
 
 
 # EventLoopActor: a connection's I/O tasks.

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from brokerlet.actors.broker import BrokerActor
     from brokerlet.actors.topic import TopicActor
 
-__all__ = ["all_stats", "of_topic", "topic_stats"]
+__all__ = ["all_stats", "of_topic", "of_topic_with_part", "topic_stats"]
 
 TIMEOUT = 5.0
 
@@ -47,6 +47,14 @@ def all_stats(broker: pykka.ActorRef[BrokerActor]) -> dict[str, Any]:
 
 def of_topic(topic: pykka.ActorRef[TopicActor]) -> dict[str, Any]:
     """A topic's stats: its own part, then every dispatcher asked at once."""
+    return of_topic_with_part(topic)[0]
+
+
+def of_topic_with_part(
+    topic: pykka.ActorRef[TopicActor],
+) -> tuple[dict[str, Any], TopicStatsPart]:
+    """:func:`of_topic`, and the topic's own part (``extra`` holds what the topic operations
+    add: terminated, non-persistent drops)."""
     part: TopicStatsPart = topic.ask(TopicStats(), block=True, timeout=TIMEOUT)
     asked = {
         name: (ref.ask(GetStats(), block=False), mark_delete)
@@ -63,7 +71,7 @@ def of_topic(topic: pykka.ActorRef[TopicActor]) -> dict[str, Any]:
         subscriptions[name] = sub
     own = part.own
     subs = subscriptions.values()
-    result = {
+    stats: dict[str, Any] = {
         "msgRateIn": own["msgRateIn"],
         "msgThroughputIn": own["msgThroughputIn"],
         "msgRateOut": sum(s["msgRateOut"] for s in subs),
@@ -80,5 +88,5 @@ def of_topic(topic: pykka.ActorRef[TopicActor]) -> dict[str, Any]:
     }
     # The rest of the topic's own part as it is (the data rules' figures: backlogSize,
     # firstEntryId, backlog quota state, compaction).
-    result.update({key: value for key, value in own.items() if key not in result})
-    return result
+    stats.update({key: value for key, value in own.items() if key not in stats})
+    return stats, part

@@ -34,7 +34,7 @@ from brokerlet.actors.messages import (
     CursorState,
     DispatcherFailed,
     EntriesRead,
-    ExpireMessages,
+    ExpireEntries,
     ExpireUpTo,
     GetCursorState,
     GetLastEntry,
@@ -74,6 +74,7 @@ from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry, Ledger
 from brokerlet.storage.retention import RetentionService
+from brokerlet.topicops.topic_side import TopicOps
 from brokerlet.transport.protocol import pb
 
 if TYPE_CHECKING:
@@ -160,13 +161,16 @@ class TopicActor(GeventActor):
                 self.producers or self.subscriptions or self.waiting or self.compaction.running
             ),
             CloseClients: self._close_clients,
-            ExpireMessages: self._expire_messages,
+            ExpireEntries: self._expire_messages,
             BacklogQuotaReport: self._backlog_quota,
             Compact: lambda _: self._compact(),
             CompactionStatus: lambda _: self.compaction.status_document(),
             CompactionDone: self._compaction_done,
             MaybeCompact: self._maybe_compact,
         }
+        # Admin operations (terminate, unload, skip, peek, ...) and the non-persistent rule.
+        self.ops = TopicOps(self)
+        self._handlers.update(self.ops.handlers(self._handlers))
 
     def on_start(self) -> None:
         self.compaction.load()
@@ -281,7 +285,7 @@ class TopicActor(GeventActor):
             log.info(
                 "%s: backlog quota exceeded, evicting up to entry %d", self.name, message.evict_to
             )
-            self._expire_messages(ExpireMessages(message.evict_to, expiry=False))
+            self._expire_messages(ExpireEntries(message.evict_to, expiry=False))
         elif refusal(message.state) is not None and self.producers:
             # BacklogQuotaManager#disconnectProducers: they reconnect and are refused.
             log.info("%s: backlog quota exceeded, disconnecting producers", self.name)
@@ -317,12 +321,18 @@ class TopicActor(GeventActor):
                 attached: int = dispatcher.ask(CloseConsumers(message.close), block=True)
                 count += attached
         if message.close:
-            for connection in {id(c): c for c in self.producer_connections.values()}.values():
-                if connection is not None:
-                    tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
-            self.producers.clear()
-            self.producer_connections.clear()
+            self.close_producers()
         return count
+
+    def close_producers(self) -> int:
+        """CLOSE_PRODUCER to every producer (delete, unload, terminate); they reconnect."""
+        for connection in {id(c): c for c in self.producer_connections.values()}.values():
+            if connection is not None:
+                tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+        closed = len(self.producers)
+        self.producers.clear()
+        self.producer_connections.clear()
+        return closed
 
     # Subscriptions.
 
@@ -434,7 +444,7 @@ class TopicActor(GeventActor):
             if self.retention is not None:
                 self.retention.poke(self.name)
 
-    def _expire_messages(self, message: ExpireMessages) -> None:
+    def _expire_messages(self, message: ExpireEntries) -> None:
         for dispatcher in list(self.subscriptions.values()):
             tell_quietly(dispatcher, ExpireUpTo(message.entry_id, message.expiry))
         # Stored subscriptions without a consumer (after a restart) expire too.
@@ -452,7 +462,7 @@ class TopicActor(GeventActor):
     # Reading.
 
     def _read_entries(self, message: ReadEntries) -> None:
-        if message.start > self.ledger.last_entry_id:
+        if max(message.start, self.ledger.first_entry_id) > self.ledger.last_entry_id:
             self.waiting[message.subscription] = message
             return
         self.waiting.pop(message.subscription, None)

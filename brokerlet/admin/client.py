@@ -411,7 +411,8 @@ class AdminClient:
         return self.request("GET", "/brokers/health").data.decode()
 
     def broker_topic_stats(self) -> dict[str, Any]:
-        """``GET /broker-stats/topics``: every topic's stats (brokerlet's shape: by name)."""
+        """``GET /broker-stats/topics``: every topic's stats in Pulsar's nesting, namespace ->
+        bundle (``0x00000000_0xffffffff``) -> domain -> topic name -> TopicStats."""
         stats: dict[str, Any] = self._get("/broker-stats/topics")
         return stats
 

@@ -54,6 +54,7 @@ class TopicCompaction:
     def load(self) -> None:
         """Read the stored view (disk topics), on the hub's thread pool."""
         if self.view is not None or self.directory is None:
+            self._keep_with_ledger()
             return
         try:
             self.view = gevent.get_hub().threadpool.apply(
@@ -64,6 +65,10 @@ class TopicCompaction:
         self._keep_with_ledger()
 
     def _keep_with_ledger(self) -> None:
+        if self.view is not None and self.status == "NOT_RUN":
+            # A stored view is a compaction that succeeded before this actor (the topic was
+            # closed as idle, or the broker restarted): report it rather than NOT_RUN.
+            self.status = "SUCCESS"
         # The memory ledger outlives its topic actor; so does its view.
         if hasattr(self.ledger, "compacted_view"):
             self.ledger.compacted_view = self.view

@@ -163,6 +163,11 @@ class DiskLedger:
         return self._last
 
     @property
+    def directory(self) -> str:
+        """The topic's directory, where its segments and cursors live."""
+        return self._directory
+
+    @property
     def size_bytes(self) -> int:
         """Bytes the ledger's segments take on disk."""
         return sum(segment.end for segment in self._segments)
@@ -171,10 +176,6 @@ class DiskLedger:
     def closed(self) -> bool:
         return self._closed
 
-    @property
-    def directory(self) -> str:
-        """The topic's directory (the compacted view's file lives there too)."""
-        return self._directory
 
     @property
     def cursors(self) -> CursorStore:
@@ -511,6 +512,11 @@ class DiskStorage:
             del self._opening[name]
         result.set((ledger, ledger.cursors))
         return ledger, ledger.cursors
+
+    def topic_directory(self, name: str) -> str | None:
+        """The directory holding a stored topic's files (None for a topic never stored)."""
+        known = self._known.get(name)
+        return None if known is None else known[1]
 
     def delete_topic(self, name: str, timeout: float = 30.0) -> bool:
         """Remove a topic's files once its ledger is closed; False when it had none.

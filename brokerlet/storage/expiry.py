@@ -7,7 +7,7 @@ for each topic with a TTL (namespace ``messageTTL``, else ``ttlDurationDefaultIn
 entry ids) and move every subscription's mark-delete to it. The entries that expiry
 acknowledges are counted per subscription (``totalMsgExpired``, ``msgRateExpired``,
 ``lastExpireTimestamp``). The admin ``expireMessages/{seconds}`` operation is the same move
-with its own age (`ExpireMessages` on the topic).
+with its own age (`ExpireEntries` on the topic).
 
 The search reads entries, so it runs on a greenlet of its own (`ExpiryService`), never on
 an actor's: a disk read completes on the hub while that greenlet waits.

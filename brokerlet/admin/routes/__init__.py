@@ -19,11 +19,23 @@ from brokerlet.admin.routes import (
     stats,
     tenants,
     topics,
+    topics_ops,
 )
 
 __all__ = ["MODULES", "all_routes"]
 
-MODULES = (stats, brokers, clusters, tenants, namespaces, topics, lookup, schemas, compaction)
+MODULES = (
+    stats,
+    brokers,
+    clusters,
+    tenants,
+    namespaces,
+    topics,
+    topics_ops,
+    lookup,
+    schemas,
+    compaction,
+)
 
 
 @functools.cache

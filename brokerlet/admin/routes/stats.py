@@ -7,6 +7,7 @@ from typing import Any
 from prometheus_client.exposition import choose_encoder
 
 from brokerlet.admin.rest import AdminRequest, Reply, RestError, Route
+from brokerlet.admin.routes import topics_ops
 
 __all__ = ["routes"]
 
@@ -16,6 +17,10 @@ TOPIC = "/admin/v2/<domain:domain>/<seg:tenant>/<seg:namespace>/<seg:topic>"
 def topic_stats(
     request: AdminRequest, domain: str, tenant: str, namespace: str, topic: str
 ) -> object:
+    if request.context.broker is not None:  # Pulsar's TopicStats shape (topic operations)
+        return topics_ops.stats(
+            request, domain=domain, tenant=tenant, namespace=namespace, topic=topic
+        )
     stats_of = request.context.topic_stats
     assert stats_of is not None
     stats = stats_of(f"{domain}://{tenant}/{namespace}/{topic}")
@@ -25,6 +30,8 @@ def topic_stats(
 
 
 def every_topic(request: AdminRequest) -> object:
+    if request.context.broker is not None:  # Pulsar's nesting (topic operations)
+        return topics_ops.broker_stats_topics(request)
     all_stats = request.context.all_stats
     assert all_stats is not None
     return all_stats()
