@@ -243,7 +243,8 @@ class BrokerActor(GeventActor):
                         next(self._ledger_ids), self.settings.segment_bytes
                     )
                 ledger = memory
-            self.retention.watch(name, ledger)
+            if not is_non_persistent(name):  # the data rules are for persistent topics
+                self.retention.watch(name, ledger)
             self._ledgers[name] = ledger
             topic = TopicActor.start(
                 name,

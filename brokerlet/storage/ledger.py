@@ -201,6 +201,20 @@ class MemoryLedger:
             return
         up_to = self._chunks[count][0] - 1
         del self._chunks[:count]
+        self._forget_through(up_to)
+
+    def forget_entries(self, up_to: int) -> None:
+        """Forget every entry up to ``up_to`` one by one, whatever the chunks: for
+        non-persistent topics, which keep nothing for retention (data rules apply to
+        persistent topics only)."""
+        up_to = min(up_to, self.last_entry_id)
+        if up_to < self.first_entry_id:
+            return
+        while len(self._chunks) > 1 and self._chunks[1][0] <= up_to + 1:
+            del self._chunks[0]
+        self._forget_through(up_to)
+
+    def _forget_through(self, up_to: int) -> None:
         head = self._dropped
         newly = up_to - self.first_entry_id + 1
         for data, _checksum, _messages in self._entries[head : head + newly]:
