@@ -13,6 +13,7 @@ from bench.plan import FULL, QUICK, SectionResult
 from bench.report import Row, print_header, print_table, system_info, write_json
 from bench.sections.backpressure import run_backpressure
 from bench.sections.compaction import run_compaction
+from bench.sections.dedup import run_dedup
 from bench.sections.flow import run_flow
 from bench.sections.keyshared import run_keyshared
 from bench.sections.latency import run_latency
@@ -36,6 +37,7 @@ SECTIONS = (
     "storage",
     "partitions",
     "compaction",
+    "dedup",
     "startup",
     "memory",
     "backpressure",
@@ -77,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "storage": lambda: run_storage(plan, args.producers),
         "partitions": lambda: run_partitions(plan, args.producers, args.quick),
         "compaction": lambda: run_compaction(plan, args.producers, args.quick),
+        "dedup": lambda: run_dedup(plan, args.producers),
         "startup": lambda: run_startup(plan),
         "memory": lambda: run_memory(plan),
         "backpressure": lambda: run_backpressure(plan),

@@ -24,6 +24,7 @@ from brokerlet.actors.messages import (
     CloseClients,
     CloseIdleTopics,
     CreateTopic,
+    DeduplicationPolicy,
     DeleteTopic,
     ExpireEntries,
     FindTopic,
@@ -182,7 +183,7 @@ class BrokerActor(GeventActor):
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, GetTopic):
-            return self._topic(message.name, recovering=message.recovering)
+            return self._topic(message.name, recovering=message.recovering, create=message.create)
         if isinstance(message, FindTopic):
             return self.topics.get(message.name)
         if isinstance(message, ListTopics):
@@ -224,12 +225,16 @@ class BrokerActor(GeventActor):
         except rules.Refused as refused:
             raise BrokerError(pb.ServerError.Value(refused.code), refused.message) from None
 
-    def _topic(self, name: str, *, recovering: bool = False) -> pykka.ActorRef[TopicActor]:
+    def _topic(
+        self, name: str, *, recovering: bool = False, create: bool = True
+    ) -> pykka.ActorRef[TopicActor]:
         topic = self.topics.get(name)
         if topic is None:
             parsed = _parse(name)
             if recovering:
                 self._adopt(parsed)
+            elif not create and not rules.exists(self.metadata, parsed):
+                raise BrokerError(pb.TopicNotFound, f"Topic {name} does not exist")
             else:
                 self._refusing(rules.admit, parsed)
             ledger: Ledger
@@ -256,10 +261,19 @@ class BrokerActor(GeventActor):
                 restored=self._restored.pop(name, None),
                 retention=self.retention,
                 dispatch_options=self.dispatch_options,
+                deduplication=self._deduplication(parsed),
             )
             self.topics[name] = topic
             log.info("opened topic %s (ledger %d)", name, ledger.ledger_id)
+        else:
+            tell_quietly(topic, DeduplicationPolicy(self._deduplication(_parse(name))))
         return topic
+
+    def _deduplication(self, name: TopicName) -> bool | None:
+        policy: bool | None = (self.metadata.namespaces.get(name.namespace) or {}).get(
+            "deduplicationEnabled"
+        )
+        return policy
 
     def _topic_failed(self, message: TopicFailed) -> None:
         if self.topics.get(message.name) is message.topic:

@@ -70,6 +70,12 @@ from brokerlet.keyshared import KeySharedMeta
 from brokerlet.metadata.listeners import Listener, UnknownListener, parse_listeners, pick_listener
 from brokerlet.metadata.naming import InvalidName, TopicName
 from brokerlet.metadata.topics import filter_by_pattern, topics_hash
+from brokerlet.producers.messages import (
+    ProducerAdmitted,
+    ProducerFenced,
+    ProducerReady,
+    ProducerRefused,
+)
 from brokerlet.schema import SchemaError, SchemaRegistry
 from brokerlet.schema import wire as schema_wire
 from brokerlet.security.session import CheckCredentials, ConnectionAuth
@@ -127,7 +133,12 @@ class _Producer:
     name: str
     topic: str
     topic_ref: pykka.ActorRef[TopicActor]
+    request_id: int = -1  # of its PRODUCER: a WaitForExclusive producer's second answer
+    fenced: bool = False  # its SENDs are answered with ProducerFenced by its topic
     schema_version: bytes | None = None
+
+
+_PRODUCER_NEWS = (ProducerReady, ProducerFenced, ProducerRefused)
 
 
 class ConnectionActor(GeventActor):
@@ -214,6 +225,8 @@ class ConnectionActor(GeventActor):
             self.auth.check_expiry()
         elif kind is TopicClosedByBroker:
             self._topic_closed(message.topic)
+        elif kind in _PRODUCER_NEWS:
+            self._producer_news(message)
         else:
             raise UnexpectedMessage(self, message)
 
@@ -250,7 +263,7 @@ class ConnectionActor(GeventActor):
             tell_quietly(self._dispatcher_of(consumer), RemoveConsumer(consumer))
         self.consumers.clear()
         for producer in self.producers.values():
-            tell_quietly(producer.topic_ref, RemoveProducer(producer.name))
+            self._remove_producer(producer)
         self.producers.clear()
 
     # Commands.
@@ -453,8 +466,10 @@ class ConnectionActor(GeventActor):
     def _success(self, request_id: int) -> None:
         self._send(T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request_id)))
 
-    def _topic(self, name: str) -> pykka.ActorRef[TopicActor]:
-        topic: pykka.ActorRef[TopicActor] = self.broker.ask(GetTopic(name), block=True)
+    def _topic(self, name: str, *, create: bool = True) -> pykka.ActorRef[TopicActor]:
+        topic: pykka.ActorRef[TopicActor] = self.broker.ask(
+            GetTopic(name, create=create), block=True
+        )
         return topic
 
     # Producers.
@@ -462,6 +477,11 @@ class ConnectionActor(GeventActor):
     def _producer(self, command: pb.BaseCommand) -> None:
         request = command.producer
         existing = self.producers.get(request.producer_id)
+        if existing is not None and existing.fenced:
+            # The fenced producer's client reconnects it: ask its topic afresh.
+            del self.producers[request.producer_id]
+            self._remove_producer(existing)
+            existing = None
         if existing is not None:
             if existing.topic == request.topic:
                 self._producer_success(request.request_id, existing.name, existing.schema_version)
@@ -484,14 +504,16 @@ class ConnectionActor(GeventActor):
                 f"Role {self.auth.role!r} may not produce on {request.topic}",
             )
             return
-        if request.HasField("producer_access_mode") and request.producer_access_mode != 0:
-            self._error(
-                request.request_id,
-                pb.NotAllowedError,
-                "brokerlet supports only the Shared producer access mode",
-            )
-            return
         name = request.producer_name or f"brokerlet-{next(_producer_names)}"
+        epoch = request.topic_epoch if request.HasField("topic_epoch") else None
+        add = AddProducer(
+            name,
+            self.peer,
+            self.actor_ref,
+            request.producer_id,
+            request.producer_access_mode,
+            epoch,
+        )
         try:
             topic_ref = self._topic(request.topic)
         except BrokerError as error:
@@ -506,28 +528,85 @@ class ConnectionActor(GeventActor):
                 self._error(request.request_id, pb.IncompatibleSchema, str(error))
                 return
         try:
-            topic_ref.ask(AddProducer(name, self.peer, self.actor_ref), block=True)
+            admitted: ProducerAdmitted = topic_ref.ask(add, block=True)
         except BrokerError as error:
             self._error(request.request_id, error.code, error.message)
             return
         self.producers[request.producer_id] = _Producer(
-            request.producer_id, name, request.topic, topic_ref, schema_version
+            request.producer_id,
+            name,
+            request.topic,
+            topic_ref,
+            request_id=request.request_id,
+            schema_version=schema_version,
         )
-        self._producer_success(request.request_id, name, schema_version)
+        self._producer_success(
+            request.request_id,
+            name,
+            schema_version,
+            admitted.last_sequence_id,
+            admitted.topic_epoch,
+            ready=admitted.ready,
+        )
 
-    def _producer_success(self, request_id: int, name: str, schema_version: bytes | None) -> None:
+    def _producer_success(
+        self,
+        request_id: int,
+        name: str,
+        schema_version: bytes | None = None,
+        last_sequence_id: int = -1,
+        topic_epoch: int | None = None,
+        *,
+        ready: bool = True,
+    ) -> None:
         success = pb.CommandProducerSuccess(
-            request_id=request_id, producer_name=name, last_sequence_id=-1
+            request_id=request_id, producer_name=name, last_sequence_id=last_sequence_id
         )
         if schema_version is not None:
             success.schema_version = schema_version
+        if topic_epoch is not None:
+            success.topic_epoch = topic_epoch
+        if not ready:
+            success.producer_ready = False
         self._send(T(type=T.PRODUCER_SUCCESS, producer_success=success))
+
+    def _remove_producer(self, producer: _Producer) -> None:
+        remove = RemoveProducer(producer.name, self.actor_ref, producer.producer_id)
+        tell_quietly(producer.topic_ref, remove)
+
+    def _producer_news(self, message: ProducerReady | ProducerFenced | ProducerRefused) -> None:
+        """Access-mode news from a topic (brokerlet.producers.messages)."""
+        producer = self.producers.get(message.producer_id)
+        if producer is None or producer.fenced:
+            return
+        if isinstance(message, ProducerReady):
+            self._producer_success(
+                producer.request_id,
+                producer.name,
+                producer.schema_version,
+                message.last_sequence_id,
+                message.topic_epoch,
+            )
+        elif isinstance(message, ProducerFenced):
+            # Kept, fenced: SENDs still in flight are answered with ProducerFenced.
+            producer.fenced = True
+            self._send(
+                T(
+                    type=T.CLOSE_PRODUCER,
+                    close_producer=pb.CommandCloseProducer(
+                        producer_id=producer.producer_id, request_id=NO_ID
+                    ),
+                )
+            )
+        else:
+            del self.producers[message.producer_id]
+            self._error(producer.request_id, message.code, message.message)
 
     def _close_producer(self, command: pb.BaseCommand) -> None:
         request = command.close_producer
         producer = self.producers.pop(request.producer_id, None)
         if producer is not None:
-            tell_quietly(producer.topic_ref, RemoveProducer(producer.name))
+            self._remove_producer(producer)
         self._success(request.request_id)
 
     def _topic_closed(self, topic_ref: pykka.ActorRef[TopicActor]) -> None:
@@ -674,8 +753,9 @@ class ConnectionActor(GeventActor):
         start = None
         if request.HasField("start_message_id"):
             start = (request.start_message_id.ledger_id, request.start_message_id.entry_id)
+        create = request.force_topic_creation if request.HasField("force_topic_creation") else True
         try:
-            topic_ref = self._topic(request.topic)
+            topic_ref = self._topic(request.topic, create=create)
         except BrokerError as error:
             self._error(request_id, error.code, error.message)
             return

@@ -134,6 +134,7 @@ class GetTopic:
 
     name: str
     recovering: bool = False
+    create: bool = True  # False: TopicNotFound unless it exists (force_topic_creation=false)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,11 +251,15 @@ class AppendDone:
 
 @dataclass(frozen=True, slots=True)
 class AddProducer:
-    """Asked: register a producer name (ProducerBusy if it is taken)."""
+    """Asked: admit a producer (brokerlet.producers.access); answered with a
+    ProducerAdmitted (brokerlet.producers.messages) or a BrokerError."""
 
     name: str
     peer: str
     connection: pykka.ActorRef[ConnectionActor] | None = None  # told if the topic fails
+    producer_id: int = -1
+    access_mode: int = 0  # pb.ProducerAccessMode
+    topic_epoch: int | None = None  # the epoch the producer presents, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +273,8 @@ class CloseClients:
 @dataclass(frozen=True, slots=True)
 class RemoveProducer:
     name: str
+    connection: pykka.ActorRef[ConnectionActor] | None = None
+    producer_id: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +318,13 @@ class TopicStatsPart:
     last_entry_id: int
     subscriptions: dict[str, tuple[pykka.ActorRef[DispatcherActor], int]]  # with mark-delete
     extra: dict[str, Any] = field(default_factory=dict)  # topic operations: terminated, drops
+
+
+@dataclass(frozen=True, slots=True)
+class DeduplicationPolicy:
+    """Told by the broker as a producer or consumer arrives: the namespace's policy now."""
+
+    enabled: bool | None
 
 
 class IsIdle:

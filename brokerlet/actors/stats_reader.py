@@ -85,6 +85,12 @@ def of_topic_with_part(
         "lastEntryId": own["lastEntryId"],
         "publishers": own["publishers"],
         "subscriptions": subscriptions,
+        # Access modes and deduplication (brokerlet.producers.hooks.TopicProducers.stats).
+        **{
+            k: own[k]
+            for k in ("waitingPublishers", "deduplicationStatus", "topicEpoch")
+            if k in own
+        },
     }
     # The rest of the topic's own part as it is (the data rules' figures: backlogSize,
     # firstEntryId, backlog quota state, compaction).

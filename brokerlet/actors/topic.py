@@ -32,6 +32,7 @@ from brokerlet.actors.messages import (
     CompactionDone,
     CompactionStatus,
     CursorState,
+    DeduplicationPolicy,
     DispatcherFailed,
     EntriesRead,
     ExpireEntries,
@@ -69,6 +70,7 @@ from brokerlet.config import Settings
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
 from brokerlet.dispatch.ratelimit import DispatchRateLimiter
 from brokerlet.dispatch.stats import Rate
+from brokerlet.producers import hooks as producer_hooks
 from brokerlet.storage.backlog_quota import QuotaState, refusal, size_exceeded_now
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
@@ -104,6 +106,7 @@ class TopicActor(GeventActor):
         supervisor: pykka.ActorRef[BrokerActor] | None = None,  # told if this actor fails
         restored: dict[str, CursorState] | None = None,  # cursors of a failed predecessor
         retention: RetentionService | None = None,  # told when the slowest cursor moves
+        deduplication: bool | None = None,  # the namespace's policy; None: the setting's
     ) -> None:
         super().__init__()
         self.supervisor = supervisor
@@ -114,8 +117,10 @@ class TopicActor(GeventActor):
         self.saved: dict[str, tuple[int, list[int]]] = {}
         self.ledger = ledger
         self.settings = settings
-        self.producers: dict[str, str] = {}  # name -> peer
-        self.producer_connections: dict[str, Any] = {}  # name -> connection actor
+        # Access modes, topic epoch and deduplication (brokerlet.producers).
+        self.producer_state = producer_hooks.TopicProducers(
+            name, ledger, settings, cursors, deduplication, receipt=Receipt
+        )
         self.subscriptions: dict[str, pykka.ActorRef[DispatcherActor]] = {}
         self.mark_deletes: dict[str, int] = {}
         self.non_durable: set[str] = set()  # readers: they hold no data back (as on Pulsar)
@@ -158,9 +163,13 @@ class TopicActor(GeventActor):
             DispatcherFailed: self._dispatcher_failed,
             # A running compaction keeps the topic open: its outcome comes back here.
             IsIdle: lambda _: not (
-                self.producers or self.subscriptions or self.waiting or self.compaction.running
+                len(self.producer_state.access)
+                or self.subscriptions
+                or self.waiting
+                or self.compaction.running
             ),
             CloseClients: self._close_clients,
+            DeduplicationPolicy: lambda m: self.producer_state.set_deduplication(m.enabled),
             ExpireEntries: self._expire_messages,
             BacklogQuotaReport: self._backlog_quota,
             Compact: lambda _: self._compact(),
@@ -175,6 +184,7 @@ class TopicActor(GeventActor):
     def on_start(self) -> None:
         self.compaction.load()
         self._compaction_holds()
+        self.producer_state.start()
         if self.cursors is None:
             self._restore()
             return
@@ -221,6 +231,7 @@ class TopicActor(GeventActor):
         for dispatcher in self.subscriptions.values():
             with contextlib.suppress(pykka.ActorDeadError):
                 dispatcher.stop(block=True, timeout=5)
+        self.producer_state.stop()
         self.ledger.close()
 
     def on_failure(self, exc_type: object, exc: object, _tb: object) -> None:
@@ -237,9 +248,8 @@ class TopicActor(GeventActor):
             except Exception:  # dead or stuck: the stored cursor is what is left
                 log.warning("%s: no cursor from subscription %r", self.name, subscription)
             stop_quietly(dispatcher)  # it closes its consumers as it stops
-        for connection in {id(c): c for c in self.producer_connections.values()}.values():
-            if connection is not None:
-                tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+        for connection in self.producer_state.connections():
+            tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
         if self.supervisor is not None:
             tell_quietly(self.supervisor, TopicFailed(self.name, self.actor_ref, cursors))
 
@@ -247,13 +257,25 @@ class TopicActor(GeventActor):
 
     def _append(self, message: Append) -> None:
         items = message.items
-        new = [item.entry for item in items if item.entry is not None]
         ledger_id = self.ledger.ledger_id
+        # Answers decided before storage: fenced producers, repeated sequence ids.
+        decided, screened = self.producer_state.screen(message.reply_to, message.producer_id, items)
+        if decided:
+            new = [
+                item.entry
+                for i, item in enumerate(items)
+                if item.entry is not None and i not in decided
+            ]
+        else:
+            new = [item.entry for item in items if item.entry is not None]
 
         def appended(result: int | BaseException) -> None:
             receipts = []
             next_id = result if isinstance(result, int) else -1
-            for item in items:
+            for index, item in enumerate(items):
+                if decided and index in decided:
+                    receipts.append(decided[index])
+                    continue
                 if item.entry is None:
                     error = item.refusal or (pb.ChecksumError, "Checksum verification failed")
                 elif isinstance(result, BaseException):
@@ -269,6 +291,8 @@ class TopicActor(GeventActor):
                 )
             # The producer's connection may be gone (a reset mid-append): not our failure.
             tell_quietly(message.reply_to, Appended(message.producer_id, receipts))
+            if screened is not None:
+                self.producer_state.appended(screened, items, decided, result, next_id - 1)
             if isinstance(result, int):
                 self.msg_in += sum(e.num_messages for e in new)
                 self.bytes_in += sum(len(e.data) for e in new)
@@ -286,16 +310,12 @@ class TopicActor(GeventActor):
                 "%s: backlog quota exceeded, evicting up to entry %d", self.name, message.evict_to
             )
             self._expire_messages(ExpireEntries(message.evict_to, expiry=False))
-        elif refusal(message.state) is not None and self.producers:
+        elif refusal(message.state) is not None and len(self.producer_state.access):
             # BacklogQuotaManager#disconnectProducers: they reconnect and are refused.
             log.info("%s: backlog quota exceeded, disconnecting producers", self.name)
-            for connection in {id(c): c for c in self.producer_connections.values()}.values():
-                if connection is not None:
-                    tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
-            self.producers.clear()
-            self.producer_connections.clear()
+            self.close_producers()
 
-    def _add_producer(self, message: AddProducer) -> None:
+    def _add_producer(self, message: AddProducer) -> Any:
         if self.quota.exceeded == "destination_storage" and not size_exceeded_now(
             self.quota, self._backlog_bytes()
         ):
@@ -303,19 +323,13 @@ class TopicActor(GeventActor):
         refused = refusal(self.quota)
         if refused is not None:
             raise BrokerError(*refused)
-        if message.name in self.producers:
-            raise BrokerError(
-                pb.ProducerBusy, f"Producer with name {message.name!r} is already connected"
-            )
-        self.producers[message.name] = message.peer
-        self.producer_connections[message.name] = message.connection
+        return self.producer_state.add(message)
 
     def _remove_producer(self, message: RemoveProducer) -> None:
-        self.producers.pop(message.name, None)
-        self.producer_connections.pop(message.name, None)
+        self.producer_state.remove(message.name, message.connection, message.producer_id)
 
     def _close_clients(self, message: CloseClients) -> int:
-        count = len(self.producers)
+        count = len(self.producer_state.access)
         for dispatcher in list(self.subscriptions.values()):
             with contextlib.suppress(pykka.ActorDeadError):
                 attached: int = dispatcher.ask(CloseConsumers(message.close), block=True)
@@ -326,12 +340,10 @@ class TopicActor(GeventActor):
 
     def close_producers(self) -> int:
         """CLOSE_PRODUCER to every producer (delete, unload, terminate); they reconnect."""
-        for connection in {id(c): c for c in self.producer_connections.values()}.values():
-            if connection is not None:
-                tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
-        closed = len(self.producers)
-        self.producers.clear()
-        self.producer_connections.clear()
+        for connection in self.producer_state.connections():
+            tell_quietly(connection, TopicClosedByBroker(self.actor_ref))
+        closed = len(self.producer_state.access)
+        self.producer_state.clear()
         return closed
 
     # Subscriptions.
@@ -346,6 +358,9 @@ class TopicActor(GeventActor):
                 pb.NotAllowedError,
                 "readCompacted only allowed on failover or exclusive subscriptions",
             )
+        producer_hooks.check_consumer_limits(
+            self.settings, existing, list(self.subscriptions.values())
+        )
         if existing is not None:
             return existing
         first = self.ledger.first_entry_id
@@ -597,7 +612,7 @@ class TopicActor(GeventActor):
             "compaction": self.compaction.stats(),
             "ledgerId": self.ledger.ledger_id,
             "lastEntryId": self.ledger.last_entry_id,
-            "publishers": [{"producerName": n, "address": p} for n, p in self.producers.items()],
+            **self.producer_state.stats(),
         }
         last = self.ledger.last_entry_id
         subscriptions = {

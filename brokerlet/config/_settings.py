@@ -353,6 +353,36 @@ class Settings:
         50, "Longest pattern evaluated broker-side; longer ones are not filtered.",
         alias="subscriptionPatternMaxLength", minimum=0,
     )
+    # Producer access modes, deduplication and producer/consumer limits (issue 15).
+    broker_deduplication_enabled: bool = setting(
+        False, "Drop a SEND whose sequence id a producer of that name already had stored "
+        "(namespaces may override with their deduplication policy).",
+        alias="brokerDeduplicationEnabled",
+    )
+    broker_deduplication_max_number_of_producers: int = setting(
+        10000, "Most producer names a topic keeps deduplication state for.",
+        alias="brokerDeduplicationMaxNumberOfProducers", minimum=1,
+    )
+    broker_deduplication_producer_inactivity_timeout_minutes: int = setting(
+        360, "Minutes after its last disconnect a producer's deduplication state is dropped.",
+        alias="brokerDeduplicationProducerInactivityTimeoutMinutes", minimum=1,
+    )
+    broker_deduplication_entries_interval: int = setting(
+        1000, "Stored entries between two snapshots of a topic's deduplication state.",
+        alias="brokerDeduplicationEntriesInterval", minimum=1,
+    )
+    max_producers_per_topic: int = setting(
+        0, "Most producers on one topic; 0 means no limit.",
+        alias="maxProducersPerTopic", minimum=0,
+    )
+    max_consumers_per_topic: int = setting(
+        0, "Most consumers on one topic; 0 means no limit.",
+        alias="maxConsumersPerTopic", minimum=0,
+    )
+    max_consumers_per_subscription: int = setting(
+        0, "Most consumers on one subscription; 0 means no limit.",
+        alias="maxConsumersPerSubscription", minimum=0,
+    )
 
     # Data rules (issue 14): retention, message TTL, backlog quotas, compaction.
     default_retention_time_in_minutes: int = setting(

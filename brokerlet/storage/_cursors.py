@@ -71,6 +71,7 @@ class CursorStore:
         self._timer = hub.loop.timer(flush_delay)
         self._last_write: gevent.event.AsyncResult | None = None
         self._closed = False
+        self._properties: dict[str, Any] | None = None  # read on first use
 
     def subscriptions(self) -> list[str]:
         """Names of the subscriptions with a saved cursor."""
@@ -104,6 +105,22 @@ class CursorStore:
         if self._closed or self._cursors.pop(subscription, None) is None:
             return
         self._encoded.pop(subscription, None)
+        self._changed()
+
+    def properties(self) -> dict[str, Any]:
+        """The topic's other durable state (topic epoch, deduplication snapshot): JSON values
+        kept in the same file, under ``"properties"``. A copy: change it with `set_property`."""
+        if self._properties is None:
+            self._properties = load_properties(self._path, self._topic)
+        return dict(self._properties)
+
+    def set_property(self, key: str, value: Any) -> None:
+        """Record one property (a JSON value); it is written within ``flush_delay``."""
+        if self._closed:
+            return
+        self.properties()
+        assert self._properties is not None
+        self._properties[key] = value
         self._changed()
 
     def flush(self, timeout: float | None = 10.0) -> None:
@@ -173,7 +190,10 @@ class CursorStore:
                 encoded[name] = fragment
             parts.append(f"{json.dumps(name)}:{fragment}")
         body = ",".join(parts)
-        return f'{{"format":{CURSORS_FORMAT},"subscriptions":{{{body}}}}}\n'.encode()
+        properties = json.dumps(self.properties())
+        return (
+            f'{{"format":{CURSORS_FORMAT},"subscriptions":{{{body}}},"properties":{properties}}}\n'
+        ).encode()
 
 
 def load_cursors(path: str, topic: str) -> dict[str, CursorState]:
@@ -204,6 +224,21 @@ def load_cursors(path: str, topic: str) -> dict[str, CursorState]:
             f"topic {topic!r}: {path} is not a readable cursors file: {error}"
         ) from error
     return cursors
+
+
+def load_properties(path: str, topic: str) -> dict[str, Any]:
+    """The ``"properties"`` of a cursors file (none in a missing file or an older one)."""
+    try:
+        with open(path, "rb") as file:
+            document = json.loads(file.read())
+    except FileNotFoundError:
+        return {}
+    except ValueError as error:
+        raise StorageError(
+            f"topic {topic!r}: {path} is not a readable cursors file: {error}"
+        ) from error
+    properties = document.get("properties", {}) if isinstance(document, dict) else {}
+    return dict(properties) if isinstance(properties, dict) else {}
 
 
 def _ranges(ids: tuple[int, ...]) -> list[list[int]]:

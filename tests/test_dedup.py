@@ -1,0 +1,340 @@
+"""Message deduplication: the state machine (Pulsar's MessageDeduplication), on the wire with
+raw frames, and with the official client across reconnects, restarts and a SIGKILL."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pulsar
+import pytest
+import requests
+
+from brokerlet import Broker
+from brokerlet.producers.dedup import Deduplication, Verdict
+from brokerlet.testing.rawclient import ConnectionClosed, RawClient
+from brokerlet.transport.protocol import pb
+from tests.producer_frames import raw_producer, send_frame
+
+T = pb.BaseCommand
+NO_ID = 2**64 - 1
+
+
+# The state machine.
+
+
+def test_repeats_are_duplicates_once_stored_and_unknown_while_in_flight() -> None:
+    dedup = Deduplication()
+    assert dedup.check("p", 0, 0) is Verdict.NEW
+    assert dedup.check("p", 0, 0) is Verdict.UNKNOWN  # pushed, not yet stored
+    dedup.stored("p", 0)
+    assert dedup.check("p", 0, 0) is Verdict.DUPLICATE
+    assert dedup.check("p", 1_000_000, 1_000_000) is Verdict.NEW  # a gap is fine
+    assert dedup.last_sequence_id("p") == 1_000_000
+    assert dedup.check("other", 0, 0) is Verdict.NEW  # per producer name
+
+
+def test_a_batch_counts_by_its_highest_sequence_id() -> None:
+    dedup = Deduplication()
+    assert dedup.check("p", 0, 9) is Verdict.NEW
+    dedup.stored("p", 9)
+    assert dedup.check("p", 5, 5) is Verdict.DUPLICATE
+    assert dedup.check("p", 10, 19) is Verdict.NEW
+
+
+def test_a_failed_write_lets_the_resend_in() -> None:
+    dedup = Deduplication()
+    dedup.check("p", 0, 0)
+    dedup.stored("p", 0)
+    assert dedup.check("p", 1, 1) is Verdict.NEW
+    dedup.failed("p")
+    assert dedup.check("p", 1, 1) is Verdict.NEW
+
+
+def test_only_the_last_chunk_completes_a_chunked_message() -> None:
+    dedup = Deduplication()
+    assert dedup.check("p", 7, 7, last_chunk=False) is Verdict.NEW
+    assert dedup.check("p", 7, 7, last_chunk=False) is Verdict.NEW  # not complete yet
+    assert dedup.check("p", 7, 7) is Verdict.NEW
+    dedup.stored("p", 7)
+    assert dedup.check("p", 7, 7, last_chunk=False) is Verdict.DUPLICATE
+
+
+def test_sequence_ids_above_2_63_are_negative_as_java_longs() -> None:
+    # Pulsar reads the uint64 as a long: a wrapped id is below any stored one.
+    dedup = Deduplication()
+    dedup.check("p", 5, 5)
+    dedup.stored("p", 5)
+    assert dedup.check("p", 2**64 - 1, 2**64 - 1) is Verdict.DUPLICATE
+    fresh = Deduplication()
+    assert fresh.check("q", 2**64 - 3, 2**64 - 3) is Verdict.NEW  # no state yet: accepted
+    fresh.stored("q", 2**64 - 3)
+    assert fresh.last_sequence_id("q") == -3
+
+
+def test_state_is_bounded_and_inactive_producers_are_dropped() -> None:
+    now = [0.0]
+    dedup = Deduplication(max_producers=2, inactivity_seconds=60, clock=lambda: now[0])
+    for name in ("a", "b", "c"):
+        dedup.connect(name)
+        dedup.check(name, 1, 1)
+        dedup.stored(name, 1)
+        if name != "c":
+            dedup.disconnect(name)
+    assert sorted(dedup.persisted) == ["b", "c"]  # a: least recently active, disconnected
+    now[0] = 59
+    assert dedup.purge_inactive() == []
+    now[0] = 61
+    assert dedup.purge_inactive() == ["b"]
+    assert dedup.last_sequence_id("b") == -1
+    assert dedup.last_sequence_id("c") == 1  # connected: kept
+
+
+def test_snapshot_and_restore_round_trip() -> None:
+    dedup = Deduplication()
+    dedup.check("p", 3, 3)
+    dedup.stored("p", 3)
+    snapshot = dedup.snapshot(41)
+    again = Deduplication()
+    assert again.restore(snapshot) == 41
+    assert again.check("p", 3, 3) is Verdict.DUPLICATE
+    assert again.last_sequence_id("p") == 3
+
+
+# On the wire.
+
+
+@pytest.fixture(scope="module")
+def broker() -> object:
+    with Broker(port=0, broker_deduplication_enabled=True) as running:
+        yield running
+
+
+def test_a_repeated_send_gets_the_minus_one_receipt_and_is_not_stored(
+    broker: Broker, topic: str
+) -> None:
+    with RawClient(broker.address) as client:
+        client.handshake()
+        answer = raw_producer(client, topic, 1, "dup-wire")
+        assert answer.producer_success.last_sequence_id == -1
+        assert client.produce(1, 0, b"a") == 0
+        assert client.produce(1, 1, b"b") == 1
+        client.send_raw(client.send_frame(1, 1, b"b again"))
+        receipt = client.expect(T.SEND_RECEIPT).send_receipt
+        assert receipt.sequence_id == 1
+        assert (receipt.message_id.ledger_id, receipt.message_id.entry_id) == (NO_ID, NO_ID)
+        assert client.produce(1, 50, b"gap") == 2  # far above the last: accepted
+        client.close_producer(1)
+        again = raw_producer(client, topic, 2, "dup-wire")
+        assert again.producer_success.last_sequence_id == 50
+    stats = broker.topic_stats(topic)
+    assert stats is not None
+    assert stats["msgInCounter"] == 3
+    assert stats["deduplicationStatus"] == "Enabled"
+
+
+def test_chunks_of_a_stored_message_are_duplicates(broker: Broker, topic: str) -> None:
+    with RawClient(broker.address) as client:
+        client.handshake()
+        raw_producer(client, topic, 1, "chunky")
+        for chunk in range(3):
+            client.send_raw(
+                send_frame(1, "chunky", 4, b"c%d" % chunk, num_chunks_from_msg=3, chunk_id=chunk)
+            )
+            assert client.expect(T.SEND_RECEIPT).send_receipt.message_id.entry_id == chunk
+        client.send_raw(send_frame(1, "chunky", 4, b"c0", num_chunks_from_msg=3, chunk_id=0))
+        assert client.expect(T.SEND_RECEIPT).send_receipt.message_id.entry_id == NO_ID
+
+
+# With the official client.
+
+
+def test_resending_stores_nothing_new_and_last_sequence_id_follows(
+    broker: Broker, client: pulsar.Client, topic: str
+) -> None:
+    producer = client.create_producer(topic, producer_name="resender", batching_enabled=False)
+    assert producer.last_sequence_id() == -1
+    for sequence in range(10):
+        producer.send(b"m%d" % sequence, sequence_id=sequence)
+    producer.close()
+    producer = client.create_producer(topic, producer_name="resender", batching_enabled=False)
+    assert producer.last_sequence_id() == 9
+    for sequence in range(5, 10):
+        producer.send(b"m%d" % sequence, sequence_id=sequence)  # answered, not stored
+    producer.send(b"m10", sequence_id=10)
+    consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+    got = []
+    while True:
+        try:
+            got.append(consumer.receive(500).data())
+        except pulsar.Timeout:
+            break
+    assert got == [b"m%d" % i for i in range(11)]
+    producer.close()
+
+
+def test_last_sequence_id_and_dedup_survive_a_restart(tmp_path: Path) -> None:
+    topic = "persistent://public/default/dedup-restart"
+    settings = {"storage": "disk", "data_dir": str(tmp_path), "broker_deduplication_enabled": True}
+    with Broker(port=0, **settings) as first:
+        client = pulsar.Client(first.service_url, operation_timeout_seconds=10)
+        producer = client.create_producer(topic, producer_name="keeper", batching_enabled=True)
+        for sequence in range(20):
+            producer.send_async(b"m%d" % sequence, None)
+        producer.flush()
+        client.close()
+    with Broker(port=0, **settings) as second:
+        client = pulsar.Client(second.service_url, operation_timeout_seconds=10)
+        producer = client.create_producer(topic, producer_name="keeper", batching_enabled=False)
+        assert producer.last_sequence_id() == 19
+        for sequence in range(15, 20):
+            producer.send(b"m%d" % sequence, sequence_id=sequence)
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        got = []
+        while True:
+            try:
+                got.append(consumer.receive(500).data())
+            except pulsar.Timeout:
+                break
+        assert got == [b"m%d" % i for i in range(20)]
+        client.close()
+
+
+# A SIGKILL under load, producers resending after it.
+
+
+def start_broker_process(data_dir: Path) -> tuple[subprocess.Popen[str], tuple[str, int]]:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "brokerlet",
+            "serve",
+            "--port",
+            "0",
+            "--data-dir",
+            str(data_dir),
+            "--web-service-enabled",
+            "false",
+            "--log-level",
+            "WARNING",
+            "--broker-deduplication-enabled",
+            "true",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert "ready on pulsar://" in line, line
+    host, port = line.rsplit("//", 1)[1].strip().split(":")
+    return process, (host, int(port))
+
+
+KILL_TOPIC = "persistent://public/default/dedup-kill"
+
+
+def produce_until_killed(address: tuple[str, int], name: str, receipted: list[int]) -> None:
+    try:
+        with RawClient(address, timeout=5) as client:
+            client.handshake()
+            raw_producer(client, KILL_TOPIC, 1, name)
+            for sequence in range(100_000):
+                client.produce(1, sequence, f"{name}-{sequence}".encode())
+                receipted.append(sequence)
+    except (ConnectionClosed, OSError, TimeoutError):
+        return
+
+
+def test_sigkill_with_dedup_loses_nothing_receipted_and_stores_no_resend(tmp_path: Path) -> None:
+    names = ["k0", "k1", "k2"]
+    process, address = start_broker_process(tmp_path)
+    receipted: dict[str, list[int]] = {name: [] for name in names}
+    try:
+        threads = [
+            threading.Thread(target=produce_until_killed, args=(address, n, receipted[n]))
+            for n in names
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 20
+        while min(map(len, receipted.values())) < 300 and time.monotonic() < deadline:
+            time.sleep(0.01)  # a bounded poll on progress, not a synchronisation
+        process.send_signal(signal.SIGKILL)
+        process.wait(5)
+        for thread in threads:
+            thread.join(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert min(map(len, receipted.values())) >= 300, "producers made too little progress"
+
+    process, address = start_broker_process(tmp_path)
+    try:
+        with RawClient(address, timeout=10) as client:
+            client.handshake()
+            for index, name in enumerate(names, start=1):
+                answer = raw_producer(client, KILL_TOPIC, index, name)
+                last = answer.producer_success.last_sequence_id
+                assert last >= receipted[name][-1], (name, last, receipted[name][-1])
+                # Resend everything, as a client whose receipts were lost would.
+                upto = receipted[name][-1] + 1
+                for sequence in range(upto + 1):
+                    client.send_raw(
+                        client.send_frame(index, sequence, f"{name}-{sequence}".encode())
+                    )
+                for _ in range(upto + 1):
+                    client.expect(T.SEND_RECEIPT)
+            client.subscribe(KILL_TOPIC, "check", 99, initial_position=pb.CommandSubscribe.Earliest)
+            stats_total = sum(len(receipted[n]) for n in names)
+            client.flow(99, 100_000)
+            payloads: list[bytes] = []
+            while True:
+                try:
+                    payloads.extend(m.payload for m in client.receive(99, 1, timeout=1.0))
+                except TimeoutError:
+                    break
+    finally:
+        process.kill()
+        process.wait(5)
+    assert len(payloads) == len(set(payloads)), "a resent message was stored twice"
+    for name in names:
+        stored = {p for p in payloads if p.startswith(f"{name}-".encode())}
+        missing = [s for s in receipted[name] if f"{name}-{s}".encode() not in stored]
+        assert not missing, f"{name}: receipted but lost: {missing[:5]}"
+        expected = {f"{name}-{s}".encode() for s in range(receipted[name][-1] + 2)}
+        assert stored == expected, f"{name}: stored {len(stored)} of {len(expected)}"
+    assert len(payloads) >= stats_total
+
+
+def test_the_namespace_policy_turns_dedup_on_and_off_for_a_broker_without_it() -> None:
+    with Broker(port=0) as plain:  # brokerDeduplicationEnabled=false
+        assert plain.web_service_url is not None
+        base = plain.web_service_url + "/admin/v2"
+        put = requests.put(base + "/tenants/t15", json={"allowedClusters": ["standalone"]})
+        assert put.status_code == 204
+        assert requests.put(base + "/namespaces/t15/ns").status_code == 204
+        topic = "persistent://t15/ns/policy"
+        with RawClient(plain.address) as client:
+            client.handshake()
+            raw_producer(client, topic, 1, "p")
+            client.produce(1, 0, b"a")
+            assert client.produce(1, 0, b"a twice, kept: dedup is off") == 1
+            on = requests.post(base + "/namespaces/t15/ns/deduplication", json=True)
+            assert on.status_code == 204
+            # The topic learns the policy as the next producer arrives (as a lookup would).
+            raw_producer(client, topic, 2, "q")
+            client.send_raw(client.send_frame(1, 0, b"a thrice"))
+            receipt = client.expect(T.SEND_RECEIPT).send_receipt
+            assert receipt.message_id.entry_id == NO_ID
+            off = requests.post(base + "/namespaces/t15/ns/deduplication", json=False)
+            assert off.status_code == 204
+            raw_producer(client, topic, 3, "r")
+            assert client.produce(1, 0, b"a again, kept") == 2
+        stats = plain.topic_stats(topic)
+        assert stats is not None
+        assert stats["deduplicationStatus"] == "Disabled"
