@@ -12,6 +12,7 @@ from pathlib import Path
 from bench.plan import FULL, QUICK, SectionResult
 from bench.report import Row, print_header, print_table, system_info, write_json
 from bench.sections.backpressure import run_backpressure
+from bench.sections.compaction import run_compaction
 from bench.sections.consumer_semantics import run_consumer_semantics
 from bench.sections.dedup import run_dedup
 from bench.sections.flow import run_flow
@@ -36,6 +37,7 @@ SECTIONS = (
     "keyshared",
     "storage",
     "partitions",
+    "compaction",
     "dedup",
     "startup",
     "memory",
@@ -78,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "keyshared": lambda: run_keyshared(plan, args.producers),
         "storage": lambda: run_storage(plan, args.producers),
         "partitions": lambda: run_partitions(plan, args.producers, args.quick),
+        "compaction": lambda: run_compaction(plan, args.producers, args.quick),
         "dedup": lambda: run_dedup(plan, args.producers),
         "startup": lambda: run_startup(plan),
         "memory": lambda: run_memory(plan),

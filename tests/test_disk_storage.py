@@ -484,12 +484,13 @@ def test_trim_deletes_whole_segments_and_frees_disk(
     files_after = segment_files(tmp_path / "data")
     used_after = sum(path.stat().st_size for path in files_after)
     assert used_after < used_before / 3
-    assert ledger.first_entry_id == 31
-    assert [e.entry_id for e in read(ledger, 0, 3)] == [31, 32, 33]
-    assert read_ids(ledger, [3, 35]) == read_ids(ledger, [35])
-    # Only segments wholly at or below 30 went; the one holding 31 stayed.
+    # Only segments wholly at or below 30 went; the one holding 31 stayed, whole: data is
+    # trimmed per segment, never per entry (issue 14), so Earliest still sees all of it.
     bases = [int(path.stem) for path in files_after]
     assert bases[0] <= 31 < (bases[1] if len(bases) > 1 else 40)
+    assert ledger.first_entry_id == bases[0]
+    assert [e.entry_id for e in read(ledger, 0, 2)] == [bases[0], bases[0] + 1]
+    assert read_ids(ledger, [3, 35]) == read_ids(ledger, [35])
     storage.close()
 
     ledger, _ = open_storage(segment_bytes=1024).open_topic(TOPIC)
@@ -809,6 +810,33 @@ def test_every_acknowledged_entry_survives_sigkill(tmp_path: Path, policy: str) 
         assert len(read_all(ledger)) == ledger.last_entry_id + 1  # consecutive, no holes
     finally:
         storage.close()
+
+
+def test_a_crash_between_retention_deletions_keeps_the_rest_whole(
+    open_storage: Callable[..., DiskStorage], tmp_path: Path
+) -> None:
+    # Retention unlinks the doomed segments oldest first (DiskLedger.drop_segments); a
+    # crash after any one unlink leaves a contiguous run, and every entry retention meant to
+    # keep is still there after a restart. The crash is the state on disk after the first
+    # of three unlinks.
+    storage = open_storage(segment_bytes=1024)
+    ledger, _ = storage.open_topic(TOPIC)
+    for index in range(40):
+        append(ledger, [bytes([index]) * 200])
+    files = segment_files(tmp_path / "data")
+    bases = [int(path.stem) for path in files]
+    storage.close()
+    files[0].unlink()  # killed after the first unlink of drop_segments(3)
+
+    ledger, _ = open_storage(segment_bytes=1024).open_topic(TOPIC)
+    assert ledger.first_entry_id == bases[1]
+    entries = read_all(ledger)
+    assert [e.entry_id for e in entries] == list(range(bases[1], 40))
+    assert [e.data for e in entries] == [bytes([i]) * 200 for i in range(bases[1], 40)]
+    # The interrupted pass finishes on the next one: the rule is re-evaluated from scratch.
+    ledger.drop_segments(2)
+    assert ledger.first_entry_id == bases[3]
+    assert append(ledger, [b"continues"]) == 40
 
 
 # Creating topics cheaply (issue 19).

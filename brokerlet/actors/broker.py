@@ -10,25 +10,29 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import gevent
 import pykka
 
 from brokerlet.actors import stats_reader
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.messages import (
+    BacklogQuotaReport,
     CloseClients,
     CloseIdleTopics,
     CreateTopic,
     DeduplicationPolicy,
     DeleteTopic,
+    ExpireEntries,
     FindTopic,
     GetTopic,
     IsIdle,
     ListTopics,
     LookupCheck,
+    MaybeCompact,
     OpenTopic,
     PartitionedMetadata,
     Subscribe,
@@ -48,6 +52,9 @@ from brokerlet.metadata import topics as rules
 from brokerlet.metadata.policies import PolicyError
 from brokerlet.metadata.store import AlreadyExists, NotFound
 from brokerlet.storage import CursorStore, DiskStorage, Ledger, MemoryLedger
+from brokerlet.storage.backlog_quota import QuotaService, QuotaState, backlog_quotas
+from brokerlet.storage.expiry import ExpiryService, message_ttl
+from brokerlet.storage.retention import RetentionPolicy, RetentionService, retention_policy
 from brokerlet.topicops import broker_side as topic_ops
 from brokerlet.topicops.nonpersistent import is_non_persistent
 from brokerlet.transport.protocol import pb
@@ -102,6 +109,70 @@ class BrokerActor(GeventActor):
             settings.dispatch_throttling_rate_in_msg,
             settings.dispatch_throttling_rate_in_byte,
         )
+        # Retention runs on a greenlet of its own (storage side), never on this actor's.
+        self.retention = RetentionService(
+            self.retention_policy, settings.retention_check_interval_in_seconds
+        )
+        self._ledgers: dict[str, Ledger] = {}  # of the open topics
+        self.expiry = ExpiryService(
+            self._expiry_targets,
+            lambda topic: message_ttl(self.namespace_policies(topic), self.settings),
+            settings.message_expiry_check_interval_in_minutes * 60,
+        )
+        self.quotas = QuotaService(
+            self._quota_targets,
+            lambda topic: backlog_quotas(self.namespace_policies(topic), self.settings),
+            settings.backlog_quota_check_interval_in_seconds,
+        )
+
+    def _monitor_compaction(self) -> None:
+        """brokerServiceCompactionThresholdInBytes / namespace compactionThreshold, checked
+        every brokerServiceCompactionMonitorIntervalInSeconds (each topic decides)."""
+        while True:
+            gevent.sleep(self.settings.broker_service_compaction_monitor_interval_in_seconds)
+            for name, ref in list(self.topics.items()):
+                stored = (self.namespace_policies(name) or {}).get("compaction_threshold")
+                threshold = (
+                    self.settings.broker_service_compaction_threshold_in_bytes
+                    if stored is None
+                    else int(stored)
+                )
+                if threshold > 0:
+                    tell_quietly(ref, MaybeCompact(threshold))
+
+    def _quota_targets(self) -> list[tuple[str, Ledger, Callable[[QuotaState, int], None]]]:
+        targets = []
+        for name, ref in list(self.topics.items()):
+            ledger = self._ledgers.get(name)
+            if ledger is not None:
+                targets.append((name, ledger, _quota_reporter(ref)))
+        return targets
+
+    def _expiry_targets(self) -> list[tuple[str, Ledger, Callable[[int], None]]]:
+        targets = []
+        for name, ref in list(self.topics.items()):
+            ledger = self._ledgers.get(name)
+            if ledger is not None:
+                targets.append((name, ledger, _expirer(ref)))
+        return targets
+
+    def namespace_policies(self, topic: str) -> Mapping[str, Any] | None:
+        """The stored policies of ``topic``'s namespace (None when unknown)."""
+        try:
+            namespace = TopicName.parse(topic).namespace
+        except Exception:
+            return None
+        return self.metadata.namespaces.get(namespace)
+
+    def retention_policy(self, topic: str) -> RetentionPolicy:
+        return retention_policy(self.namespace_policies(topic), self.settings)
+
+    def on_start(self) -> None:
+        self.retention.start()
+        self.expiry.start()
+        if self.settings.backlog_quota_check_enabled:
+            self.quotas.start()
+        self._compaction_monitor = gevent.spawn(self._monitor_compaction)
 
     @property
     def metadata(self) -> MetadataStore:
@@ -141,6 +212,10 @@ class BrokerActor(GeventActor):
         raise UnexpectedMessage(self, message)
 
     def on_stop(self) -> None:
+        self.retention.stop()
+        self.expiry.stop()
+        self.quotas.stop()
+        self._compaction_monitor.kill(block=False)
         for topic in self.topics.values():
             stop_quietly(topic)
 
@@ -169,8 +244,13 @@ class BrokerActor(GeventActor):
             else:
                 memory = self._memory_ledgers.get(name)
                 if memory is None:
-                    memory = self._memory_ledgers[name] = MemoryLedger(next(self._ledger_ids))
+                    memory = self._memory_ledgers[name] = MemoryLedger(
+                        next(self._ledger_ids), self.settings.segment_bytes
+                    )
                 ledger = memory
+            if not is_non_persistent(name):  # the data rules are for persistent topics
+                self.retention.watch(name, ledger)
+            self._ledgers[name] = ledger
             topic = TopicActor.start(
                 name,
                 ledger,
@@ -179,6 +259,7 @@ class BrokerActor(GeventActor):
                 cursors,
                 supervisor=self.actor_ref,
                 restored=self._restored.pop(name, None),
+                retention=self.retention,
                 dispatch_options=self.dispatch_options,
                 deduplication=self._deduplication(parsed),
             )
@@ -309,6 +390,8 @@ class BrokerActor(GeventActor):
             # A deleted topic comes back empty: no kept memory ledger, no restored cursors.
             self._memory_ledgers.pop(victim, None)
             self._restored.pop(victim, None)
+            self.retention.forget(victim)
+            self._ledgers.pop(victim, None)
         if self.storage is not None:
             for victim in victims:
                 self.storage.delete_topic(victim)
@@ -327,3 +410,17 @@ def _parse(name: str) -> TopicName:
         return TopicName.parse(name)
     except ValueError as error:
         raise BrokerError(pb.InvalidTopicName, str(error)) from None
+
+
+def _expirer(topic: pykka.ActorRef[TopicActor]) -> Callable[[int], None]:
+    def expire(entry_id: int) -> None:
+        tell_quietly(topic, ExpireEntries(entry_id))
+
+    return expire
+
+
+def _quota_reporter(topic: pykka.ActorRef[TopicActor]) -> Callable[[QuotaState, int], None]:
+    def report(state: QuotaState, evict_to: int) -> None:
+        tell_quietly(topic, BacklogQuotaReport(state, evict_to))
+
+    return report

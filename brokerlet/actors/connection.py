@@ -805,10 +805,12 @@ class ConnectionActor(GeventActor):
                     durable,
                     request.initial_position,
                     start,
+                    read_compacted=request.read_compacted,
                 ),
                 block=True,
             )
         except BrokerError as error:
+            # readCompacted on a Shared subscription, say.
             self._error(request_id, error.code, error.message)
             return
         consumer = Consumer(
@@ -1026,7 +1028,9 @@ class ConnectionActor(GeventActor):
         consumer = self._requested_consumer(request.consumer_id, request.request_id)
         if consumer is None:
             return
-        ledger_id, last = self._topic(consumer.topic).ask(GetLastEntry(), block=True)
+        ledger_id, last = self._topic(consumer.topic).ask(
+            GetLastEntry(consumer.subscription), block=True
+        )
         mark_delete: int = self._dispatcher_of(consumer).ask(GetMarkDelete(), block=True)
         response = pb.CommandGetLastMessageIdResponse(request_id=request.request_id)
         # An empty topic answers -1:-1, which the client reads as "nothing there".

@@ -38,6 +38,7 @@ from brokerlet.actors.messages import (
     CloseConsumers,
     ConsumerClosedByBroker,
     EntriesRead,
+    ExpireUpTo,
     GetCursorState,
     GetMarkDelete,
     GetStats,
@@ -73,6 +74,7 @@ from brokerlet.dispatch.strategy import Strategy
 from brokerlet.dispatch.subscription import Removal, Subscription
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
+from brokerlet.storage.expiry import ExpiryCounter
 from brokerlet.storage.ledger import Entry
 from brokerlet.topicops.subscription_side import SubscriptionOps
 from brokerlet.transport.protocol import encode_command, pb
@@ -170,7 +172,9 @@ class Dispatcher:
         self._delay_timer_at = 0.0  # its monotonic deadline
         self._writes_in_flight = 0  # only counted with the completion barrier
         self._gate: ConflatedTell[DispatcherActor] | None = None
+        self.expiry = ExpiryCounter()
         self._handlers: dict[type, Callable[[Any], Any]] = {
+            ExpireUpTo: self._expire_up_to,
             ReadMore: self._read_more,
             EntriesRead: self._entries_read,
             Ack: self._ack,
@@ -499,6 +503,26 @@ class Dispatcher:
             self.topic.tell(MarkDeleteMoved(self.name, self.cursor.mark_delete))
         self._cursor_changed()
 
+    def _expire_up_to(self, message: ExpireUpTo) -> int:
+        """PersistentMessageExpiryMonitor's mark-delete move; answers how many expired."""
+        cursor = self.cursor
+        upto = message.entry_id
+        if upto <= cursor.mark_delete:
+            return 0
+        expired = upto - cursor.mark_delete - cursor.acked_up_to(upto)
+        scope = self.strategy.ack_scope()
+        if scope is None:
+            self.book.ack([upto], cumulative=True)
+        else:
+            with scope:
+                self.book.ack([upto], cumulative=True)
+        self.read_position = max(self.read_position, upto + 1)
+        if message.expiry:
+            self.expiry.record(expired)
+        self.topic.tell(MarkDeleteMoved(self.name, cursor.mark_delete))
+        self._cursor_changed()
+        return expired
+
     def _redeliver(self, message: Redeliver) -> None:
         consumer = message.consumer
         if message.epoch is not None and consumer.epoch is not None:
@@ -549,7 +573,7 @@ class Dispatcher:
 
     def stats(self) -> dict[str, Any]:
         """This subscription's part of the topic stats, shaped like Pulsar's."""
-        return self._stats.snapshot(
+        snapshot: dict[str, Any] = self._stats.snapshot(
             strategy=self.strategy,
             book=self.book,
             ledger_id=self.ledger_id,
@@ -563,6 +587,8 @@ class Dispatcher:
                 "msgDelayed": self.delayed.delayed,
             },
         )
+        snapshot.update(self.expiry.stats())
+        return snapshot
 
     def __str__(self) -> str:
         return f"{self.topic_name} / {self.name}"

@@ -32,11 +32,15 @@ __all__ = [
     "AppendDone",
     "AppendItem",
     "Appended",
+    "BacklogQuotaReport",
     "BatchWritten",
     "CancelRead",
     "CloseClients",
     "CloseConsumers",
     "CloseIdleTopics",
+    "Compact",
+    "CompactionDone",
+    "CompactionStatus",
     "ConnectionLost",
     "ConsumerClosedByBroker",
     "CreateSubscription",
@@ -48,7 +52,9 @@ __all__ = [
     "EndOfTopicReached",
     "EntriesRead",
     "ExamineMessage",
+    "ExpireEntries",
     "ExpireMessages",
+    "ExpireUpTo",
     "FindTopic",
     "GetCursorState",
     "GetLastEntry",
@@ -64,6 +70,7 @@ __all__ = [
     "ListTopics",
     "LookupCheck",
     "MarkDeleteMoved",
+    "MaybeCompact",
     "OpenTopic",
     "PartitionedMetadata",
     "PeekMessage",
@@ -279,11 +286,15 @@ class Subscribe:
     durable: bool
     initial_position: int  # pb.CommandSubscribe.Latest / Earliest
     start_message_id: tuple[int, int] | None = None
+    read_compacted: bool = False  # read the compacted view up to its horizon first
 
 
 @dataclass(frozen=True, slots=True)
 class GetLastEntry:
-    """Asked: (ledger id, last entry id)."""
+    """Asked: (ledger id, last entry id); a read_compacted ``subscription`` gets the
+    compacted view's last entry while the topic's last is within the horizon."""
+
+    subscription: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +338,48 @@ class DeduplicationPolicy:
 
 class IsIdle:
     """Asked: whether the topic has no producer, subscription or waiting read."""
+
+
+# Data rules (issue 14): told or asked of the topic.
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireEntries:
+    """Acknowledge every entry up to ``entry_id`` on every subscription (message TTL, or the
+    admin expireMessages operation; storage/expiry.py finds the entry). ``expiry`` False: a
+    backlog-quota eviction, not counted as expired."""
+
+    entry_id: int
+    expiry: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogQuotaReport:
+    """The backlog-quota check's finding (storage/backlog_quota.py); ``evict_to`` >= 0 moves
+    the subscriptions behind it there (consumer_backlog_eviction)."""
+
+    state: Any  # storage.backlog_quota.QuotaState
+    evict_to: int = -1
+
+
+class Compact:
+    """Asked (admin PUT .../compaction): start a compaction; BrokerError when one runs."""
+
+
+class CompactionStatus:
+    """Asked: Pulsar's LongRunningProcessStatus of the last compaction."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionDone:
+    result: Any  # compaction.CompactionResult, or the error that failed it
+
+
+@dataclass(frozen=True, slots=True)
+class MaybeCompact:
+    """The compaction monitor: compact if the bytes after the horizon exceed ``threshold``."""
+
+    threshold: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -550,6 +603,16 @@ class Ack:
     cumulative: bool
     # Batch-index acks: (ledger id, entry id) -> ack-set words (set bit: not acked yet).
     ack_sets: Mapping[tuple[int, int], Sequence[int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireUpTo:
+    """Message TTL, eviction or expireMessages (storage/expiry.py): acknowledge every entry
+    up to ``entry_id``, counting those not acknowledged yet as expired (unless ``expiry`` is
+    False: a backlog-quota eviction). Answers how many entries it acknowledged."""
+
+    entry_id: int
+    expiry: bool = True
 
 
 @dataclass(frozen=True, slots=True)

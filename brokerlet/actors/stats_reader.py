@@ -121,4 +121,7 @@ def of_topic_with_part(
             if k in own
         },
     }
+    # The rest of the topic's own part as it is (the data rules' figures: backlogSize,
+    # firstEntryId, backlog quota state, compaction).
+    stats.update({key: value for key, value in own.items() if key not in stats})
     return stats, part

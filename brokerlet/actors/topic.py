@@ -8,6 +8,7 @@ until the next append (the long poll) or until its dispatcher cancels it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -17,23 +18,31 @@ import pykka
 
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.dispatcher import DispatcherActor
+from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.messages import (
     AddProducer,
     Append,
     AppendDone,
     Appended,
+    BacklogQuotaReport,
     CancelRead,
     CloseClients,
     CloseConsumers,
+    Compact,
+    CompactionDone,
+    CompactionStatus,
     CursorState,
     DeduplicationPolicy,
     DispatcherFailed,
     EntriesRead,
+    ExpireEntries,
+    ExpireUpTo,
     FindByPublishTime,
     GetCursorState,
     GetLastEntry,
     IsIdle,
     MarkDeleteMoved,
+    MaybeCompact,
     ReadEntries,
     ReadIds,
     Receipt,
@@ -53,14 +62,21 @@ from brokerlet.actors.supervision import (
     stop_quietly,
     tell_quietly,
 )
+from brokerlet.compaction.state import (
+    COMPACTION_SUBSCRIPTION,
+    CompactionRunningError,
+    TopicCompaction,
+)
 from brokerlet.config import Settings
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
 from brokerlet.dispatch.ratelimit import DispatchRateLimiter
 from brokerlet.dispatch.stats import Rate
 from brokerlet.producers import hooks as producer_hooks
+from brokerlet.storage.backlog_quota import QuotaState, refusal, size_exceeded_now
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry, Ledger
+from brokerlet.storage.retention import RetentionService
 from brokerlet.storage.time_search import PublishTimeSearch
 from brokerlet.topicops.topic_side import TopicOps
 from brokerlet.transport.protocol import pb, publish_time
@@ -91,6 +107,7 @@ class TopicActor(GeventActor):
         dispatch_options: DispatchOptions = DEFAULT_OPTIONS,
         supervisor: pykka.ActorRef[BrokerActor] | None = None,  # told if this actor fails
         restored: dict[str, CursorState] | None = None,  # cursors of a failed predecessor
+        retention: RetentionService | None = None,  # told when the slowest cursor moves
         deduplication: bool | None = None,  # the namespace's policy; None: the setting's
     ) -> None:
         super().__init__()
@@ -108,6 +125,16 @@ class TopicActor(GeventActor):
         )
         self.subscriptions: dict[str, pykka.ActorRef[DispatcherActor]] = {}
         self.mark_deletes: dict[str, int] = {}
+        self.non_durable: set[str] = set()  # readers: they hold no data back (as on Pulsar)
+        self.retention = retention
+        self.quota = QuotaState()  # the backlog-quota check's last finding
+        self.read_compacted: set[str] = set()  # subscriptions reading the compacted view
+        self.compaction = TopicCompaction(
+            name,
+            ledger,
+            retain_null_key=settings.topic_compaction_retain_null_key,
+            cpu_share=settings.compaction_cpu_share,
+        )
         self.waiting: dict[str, ReadEntries] = {}  # long polls at the end of the ledger
         self.msg_in = 0
         self.bytes_in = 0
@@ -132,22 +159,34 @@ class TopicActor(GeventActor):
             RemoveProducer: self._remove_producer,
             Subscribe: self._subscribe,
             AppendDone: lambda m: m.handle(m.result),
-            GetLastEntry: lambda _: (self.ledger.ledger_id, self.ledger.last_entry_id),
+            GetLastEntry: self._last_entry,
             ResolvePosition: lambda m: self._start_of(m.message_id),
             FindByPublishTime: self._find_by_publish_time,
             TopicStats: lambda _: self.stats(),
             DispatcherFailed: self._dispatcher_failed,
-            IsIdle: lambda _: (
-                not (len(self.producer_state.access) or self.subscriptions or self.waiting)
+            # A running compaction keeps the topic open: its outcome comes back here.
+            IsIdle: lambda _: not (
+                len(self.producer_state.access)
+                or self.subscriptions
+                or self.waiting
+                or self.compaction.running
             ),
             CloseClients: self._close_clients,
             DeduplicationPolicy: lambda m: self.producer_state.set_deduplication(m.enabled),
+            ExpireEntries: self._expire_messages,
+            BacklogQuotaReport: self._backlog_quota,
+            Compact: lambda _: self._compact(),
+            CompactionStatus: lambda _: self.compaction.status_document(),
+            CompactionDone: self._compaction_done,
+            MaybeCompact: self._maybe_compact,
         }
         # Admin operations (terminate, unload, skip, peek, ...) and the non-persistent rule.
         self.ops = TopicOps(self)
         self._handlers.update(self.ops.handlers(self._handlers))
 
     def on_start(self) -> None:
+        self.compaction.load()
+        self._compaction_holds()
         self.producer_state.start()
         if self.cursors is None:
             self._restore()
@@ -166,6 +205,7 @@ class TopicActor(GeventActor):
         for subscription, state in self.restored.items():
             self.saved[subscription] = state
             self.mark_deletes[subscription] = state[0]
+        self._trim()
 
     def on_receive(self, message: Any) -> Any:
         handler = self._handlers.get(type(message))
@@ -266,7 +306,26 @@ class TopicActor(GeventActor):
         else:
             appended(0)
 
+    def _backlog_quota(self, message: BacklogQuotaReport) -> None:
+        self.quota = message.state
+        if message.evict_to >= 0:
+            log.info(
+                "%s: backlog quota exceeded, evicting up to entry %d", self.name, message.evict_to
+            )
+            self._expire_messages(ExpireEntries(message.evict_to, expiry=False))
+        elif refusal(message.state) is not None and len(self.producer_state.access):
+            # BacklogQuotaManager#disconnectProducers: they reconnect and are refused.
+            log.info("%s: backlog quota exceeded, disconnecting producers", self.name)
+            self.close_producers()
+
     def _add_producer(self, message: AddProducer) -> Any:
+        if self.quota.exceeded == "destination_storage" and not size_exceeded_now(
+            self.quota, self._backlog_bytes()
+        ):
+            self.quota = QuotaState()  # drained since the last check
+        refused = refusal(self.quota)
+        if refused is not None:
+            raise BrokerError(*refused)
         return self.producer_state.add(message)
 
     def _remove_producer(self, message: RemoveProducer) -> None:
@@ -294,16 +353,28 @@ class TopicActor(GeventActor):
 
     def _subscribe(self, message: Subscribe) -> pykka.ActorRef[DispatcherActor]:
         existing = self.subscriptions.get(message.subscription)
+        if message.read_compacted and message.sub_type not in (
+            pb.CommandSubscribe.Exclusive,
+            pb.CommandSubscribe.Failover,
+        ):
+            raise BrokerError(
+                pb.NotAllowedError,
+                "readCompacted only allowed on failover or exclusive subscriptions",
+            )
         producer_hooks.check_consumer_limits(
             self.settings, existing, list(self.subscriptions.values())
         )
         if existing is not None:
             return existing
         first = self.ledger.first_entry_id
+        if message.read_compacted:
+            first = self.compaction.first_id(first)
         last = self.ledger.last_entry_id
         start = first if message.initial_position == pb.CommandSubscribe.Earliest else last + 1
         if message.start_message_id is not None:
             start = self._start_of(message.start_message_id)
+            if message.read_compacted and start == self.ledger.first_entry_id:
+                start = min(start, first)
         cursor = Cursor(start - 1)
         saved = self.saved.pop(message.subscription, None) if message.durable else None
         if saved is not None:
@@ -326,6 +397,11 @@ class TopicActor(GeventActor):
         )
         self.subscriptions[message.subscription] = dispatcher
         self.mark_deletes[message.subscription] = cursor.mark_delete
+        if not message.durable:
+            self.non_durable.add(message.subscription)
+        if message.read_compacted:
+            self.read_compacted.add(message.subscription)
+        self._trim()
         log.info("%s: created subscription %r at entry %d", self.name, message.subscription, start)
         return dispatcher
 
@@ -347,6 +423,8 @@ class TopicActor(GeventActor):
         if dispatcher is not None and dispatcher is message.dispatcher:
             del self.subscriptions[message.subscription]
             self.mark_deletes.pop(message.subscription, None)
+            self.non_durable.discard(message.subscription)
+            self.read_compacted.discard(message.subscription)
             self.waiting.pop(message.subscription, None)
             if message.deleted and self.cursors is not None:
                 self.cursors.delete(message.subscription)
@@ -363,6 +441,7 @@ class TopicActor(GeventActor):
             self.saved[message.subscription] = message.cursor
         else:
             self.mark_deletes.pop(message.subscription, None)
+            self.non_durable.discard(message.subscription)
             self._trim()
 
     def _mark_delete_moved(self, message: MarkDeleteMoved) -> None:
@@ -370,11 +449,33 @@ class TopicActor(GeventActor):
             self.mark_deletes[message.subscription] = message.mark_delete
             self._trim()
 
+    def _slowest_durable(self) -> int | None:
+        marks = [m for n, m in self.mark_deletes.items() if n not in self.non_durable]
+        return min(marks) if marks else None
+
     def _trim(self) -> None:
-        # Entries every subscription has acknowledged are dropped; with no subscription at all
-        # the topic keeps everything, so a later subscriber from Earliest sees it.
-        if self.mark_deletes:
-            self.ledger.trim(min(self.mark_deletes.values()))
+        # Retention (storage/retention.py) decides which whole segments go, on the storage
+        # side; the topic only tells it how far every durable subscription has consumed.
+        consumed = self._slowest_durable()
+        if consumed != self.ledger.consumed_up_to:
+            self.ledger.consumed_up_to = consumed
+            if self.retention is not None:
+                self.retention.poke(self.name)
+
+    def _expire_messages(self, message: ExpireEntries) -> None:
+        for dispatcher in list(self.subscriptions.values()):
+            tell_quietly(dispatcher, ExpireUpTo(message.entry_id, message.expiry))
+        # Stored subscriptions without a consumer (after a restart) expire too.
+        for name, (mark_delete, acked) in list(self.saved.items()):
+            if message.entry_id <= mark_delete:
+                continue
+            cursor = Cursor.restore(mark_delete, acked)
+            cursor.ack_cumulative(message.entry_id)
+            self.saved[name] = (cursor.mark_delete, cursor.acked_ids())
+            self.mark_deletes[name] = cursor.mark_delete
+            if self.cursors is not None:
+                self.cursors.save(name, cursor.mark_delete, cursor.acked_ids())
+        self._trim()
 
     # Reading.
 
@@ -389,7 +490,16 @@ class TopicActor(GeventActor):
         def done(result: list[Entry] | BaseException) -> None:
             tell_quietly(message.reply_to, EntriesRead(message.read_id, result, replay=False))
 
-        self.ledger.read(message.start, message.max_entries, message.max_bytes, done)
+        start = message.start
+        if message.subscription in self.read_compacted:
+            compacted, start = self.compaction.read(start, message.max_entries)
+            if compacted:
+                done(compacted)
+                return
+            if start > self.ledger.last_entry_id:
+                self.waiting[message.subscription] = dataclasses.replace(message, start=start)
+                return
+        self.ledger.read(start, message.max_entries, message.max_bytes, done)
 
     def _complete_waiting_reads(self) -> None:
         if not self.waiting:
@@ -404,6 +514,22 @@ class TopicActor(GeventActor):
         def done(result: list[Entry] | BaseException) -> None:
             tell_quietly(message.reply_to, EntriesRead(message.read_id, result, replay=True))
 
+        view = self.compaction.view
+        if message.subscription in self.read_compacted and view is not None:
+            # Redeliveries within the horizon come from the view (the topic may have
+            # trimmed them).
+            found = view.read_ids([i for i in message.entry_ids if i <= view.horizon])
+            later = [i for i in message.entry_ids if i > view.horizon]
+
+            def merged(result: list[Entry] | BaseException) -> None:
+                if isinstance(result, BaseException):
+                    done(result)
+                    return
+                found.update((entry.entry_id, entry) for entry in result)
+                done([found[i] for i in message.entry_ids if i in found])
+
+            self.ledger.read_ids(later, merged)
+            return
         self.ledger.read_ids(message.entry_ids, done)
 
     def _find_by_publish_time(self, message: FindByPublishTime) -> None:
@@ -452,12 +578,68 @@ class TopicActor(GeventActor):
 
         step()
 
+    def _last_entry(self, message: GetLastEntry) -> tuple[int, int]:
+        last = self.ledger.last_entry_id
+        view = self.compaction.view
+        # As Pulsar's handleGetLastMessageId for readCompacted: within the horizon the last
+        # message is the view's (the topic's may have been compacted away).
+        if (
+            message.subscription in self.read_compacted
+            and view is not None
+            and last <= view.horizon
+        ):
+            last = view.ids[-1] if view.ids else -1
+        return self.ledger.ledger_id, last
+
+    # Compaction (brokerlet/compaction/).
+
+    def _compact(self) -> None:
+        try:
+            self.compaction.start(
+                self._on_actor(lambda r: self._compaction_done(CompactionDone(r)))
+            )
+        except CompactionRunningError as error:
+            raise BrokerError(pb.ServiceNotReady, str(error)) from None
+
+    def _maybe_compact(self, message: MaybeCompact) -> None:
+        if message.threshold <= 0 or self.compaction.running is not None:
+            return
+        horizon = self.compaction.horizon
+        bytes_from = getattr(self.ledger, "bytes_from", None)
+        if bytes_from is None or self.ledger.last_entry_id <= (
+            horizon if horizon is not None else -1
+        ):
+            return
+        if bytes_from((horizon if horizon is not None else -1) + 1) > message.threshold:
+            self._compact()
+
+    def _compaction_done(self, message: CompactionDone) -> None:
+        self.compaction.finished(message.result)
+        self._compaction_holds()
+        self._trim()
+
+    def _compaction_holds(self) -> None:
+        # The compactor's cursor is a durable cursor at the horizon (as Pulsar's
+        # __compaction subscription): the topic's data after it stays until compacted.
+        horizon = self.compaction.horizon
+        if horizon is not None:
+            self.mark_deletes[COMPACTION_SUBSCRIPTION] = horizon
+
     def _cancel_read(self, message: CancelRead) -> None:
         waiting = self.waiting.get(message.subscription)
         if waiting is not None and waiting.read_id == message.read_id:
             del self.waiting[message.subscription]
 
     # Observability.
+
+    def _backlog_bytes(self) -> int:
+        slowest = self._slowest_durable()
+        bytes_from = getattr(self.ledger, "bytes_from", None)
+        if slowest is None or bytes_from is None:
+            return 0
+        size: int = bytes_from(slowest + 1)
+        return size
+
 
     def stats(self) -> TopicStatsPart:
         """The topic's own stats and its subscriptions' dispatchers, at once: the caller asks
@@ -468,6 +650,15 @@ class TopicActor(GeventActor):
             "msgInCounter": self.msg_in,
             "bytesInCounter": self.bytes_in,
             "storageSize": getattr(self.ledger, "size_bytes", 0),
+            # Bytes from the slowest durable subscription's position (Pulsar's backlogSize);
+            # entries kept beyond it are retained by the retention policy.
+            "backlogSize": self._backlog_bytes(),
+            "firstEntryId": self.ledger.first_entry_id,
+            "backlogQuotaLimitSize": self.quota.limit_size,
+            "backlogQuotaLimitTime": self.quota.limit_time,
+            "oldestBacklogMessageAgeSeconds": self.quota.oldest_age_s,
+            "backlogQuotaExceeded": self.quota.exceeded,  # brokerlet's: the type, or null
+            "compaction": self.compaction.stats(),
             "ledgerId": self.ledger.ledger_id,
             "lastEntryId": self.ledger.last_entry_id,
             **self.producer_state.stats(),

@@ -400,6 +400,66 @@ class Settings:
         alias="acknowledgmentAtBatchIndexLevelEnabled",
     )
 
+    # Data rules (issue 14): retention, message TTL, backlog quotas, compaction.
+    default_retention_time_in_minutes: int = setting(
+        0, "How long consumed data is kept (namespaces may override); -1 = forever, "
+        "0 = deleted once every durable subscription has consumed it.",
+        alias="defaultRetentionTimeInMinutes", minimum=-1, maximum=10**9,
+    )
+    default_retention_size_in_mb: int = setting(
+        0, "How much consumed data is kept per topic (MB); -1 = no limit, 0 = none.",
+        alias="defaultRetentionSizeInMB", minimum=-1, maximum=10**12,
+    )
+    retention_check_interval_in_seconds: float = setting(
+        120.0, "How often the storage side trims segments that retention lets go.",
+        alias="retentionCheckIntervalInSeconds", minimum=0.01,
+    )
+    ttl_duration_default_in_seconds: int = setting(
+        0, "Messages older than this (by publish time) are acknowledged on every "
+        "subscription; 0 = never (namespaces may override with messageTTL).",
+        alias="ttlDurationDefaultInSeconds", minimum=0, maximum=10**10,
+    )
+    message_expiry_check_interval_in_minutes: float = setting(
+        5.0, "How often message TTL is applied.",
+        alias="messageExpiryCheckIntervalInMinutes", minimum=0.0001,
+    )
+    backlog_quota_default_limit_bytes: int = setting(
+        -1, "Backlog (bytes of the slowest subscription) above which the quota policy "
+        "applies; -1 = no limit.", alias="backlogQuotaDefaultLimitBytes", minimum=-1,
+    )
+    backlog_quota_default_limit_second: int = setting(
+        -1, "Age (s) of the oldest unconsumed message above which the quota policy applies; "
+        "-1 = no limit.", alias="backlogQuotaDefaultLimitSecond", minimum=-1,
+    )
+    backlog_quota_default_retention_policy: str = setting(
+        "producer_request_hold", "What happens over the backlog quota.",
+        alias="backlogQuotaDefaultRetentionPolicy",
+        choices=("producer_request_hold", "producer_exception", "consumer_backlog_eviction"),
+    )
+    backlog_quota_check_enabled: bool = setting(
+        True, "Check backlog quotas periodically.", alias="backlogQuotaCheckEnabled",
+    )
+    backlog_quota_check_interval_in_seconds: float = setting(
+        60.0, "How often backlog quotas are checked.",
+        alias="backlogQuotaCheckIntervalInSeconds", minimum=0.01,
+    )
+    broker_service_compaction_threshold_in_bytes: int = setting(
+        0, "Compact a topic when its data after the last compaction exceeds this (bytes); "
+        "0 = never automatically (namespaces may set compactionThreshold).",
+        alias="brokerServiceCompactionThresholdInBytes", minimum=0,
+    )
+    broker_service_compaction_monitor_interval_in_seconds: float = setting(
+        60.0, "How often compaction thresholds are checked.",
+        alias="brokerServiceCompactionMonitorIntervalInSeconds", minimum=0.01,
+    )
+    compaction_cpu_share: float = setting(
+        0.25, "Largest share of the broker's event loop a running compaction takes (it "
+        "pauses between chunks of 1,000 entries); 1 = no pauses.", minimum=0.01, maximum=1.0,
+    )
+    topic_compaction_retain_null_key: bool = setting(
+        False, "Keep messages without a key when compacting (dropped otherwise, as Pulsar).",
+        alias="topicCompactionRetainNullKey",
+    )
     # Schema registry (issue 18).
     schema_compatibility_strategy: str = setting(
         "FULL", "Broker-wide schema compatibility strategy (a namespace policy overrides it).",

@@ -54,6 +54,8 @@ BACKLOG_QUOTA_POLICIES: Final = (
 TOPIC_TYPES: Final = ("partitioned", "non-partitioned")
 
 _MIB: Final = 1024 * 1024
+_INT_MAX: Final = 2**31 - 1
+_LONG_MAX: Final = 2**63 - 1
 
 
 class PolicyError(Exception):
@@ -121,9 +123,16 @@ def check_retention(body: object) -> dict[str, int]:
         raise PolicyError(400, "Retention policies must be a JSON object")
     minutes = _whole(body.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes")
     size = _whole(body.get("retentionSizeInMB", 0), "retentionSizeInMB")
-    # RetentionPolicies checks in NamespacesBase: below -1 means nothing.
-    if minutes < -1 or size < -1:
-        raise PolicyError(412, "Invalid retention policy: values must be >= -1")
+    # RetentionPolicies checks in NamespacesBase: below -1 means nothing; Pulsar's fields are
+    # an int (minutes) and a long (MB), so larger values cannot be what was meant.
+    for field, value, most in (
+        ("retentionTimeInMinutes", minutes, _INT_MAX),
+        ("retentionSizeInMB", size, _LONG_MAX // _MIB),
+    ):
+        if not -1 <= value <= most:
+            raise PolicyError(
+                412, f"Invalid retention policy: {field} must be -1 or in 0..{most}, got {value}"
+            )
     return {"retentionTimeInMinutes": minutes, "retentionSizeInMB": size}
 
 
@@ -141,6 +150,8 @@ def check_message_ttl(body: object) -> int:
     ttl = _whole(body, "messageTTL")
     if ttl < 0:
         raise PolicyError(412, "Invalid value for message TTL, message TTL must >= 0")
+    if ttl > _INT_MAX:  # Pulsar's field is an int of seconds
+        raise PolicyError(412, f"Invalid value for message TTL: messageTTL must be <= {_INT_MAX}")
     return ttl
 
 

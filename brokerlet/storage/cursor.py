@@ -49,6 +49,10 @@ class Cursor:
         """How many acknowledged entries sit above the mark-delete position."""
         return len(self._acked)
 
+    def acked_up_to(self, entry_id: int) -> int:
+        """How many individually acknowledged ids lie in ``(mark_delete, entry_id]``."""
+        return int(self._acked.bisect_right(entry_id))
+
     def ack(self, entry_id: int) -> bool:
         """Acknowledge one entry. Returns True when the mark-delete position moved."""
         if entry_id <= self.mark_delete:

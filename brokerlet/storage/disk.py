@@ -59,6 +59,7 @@ import fcntl
 import logging
 import os
 import shutil
+import time
 from array import array
 from collections.abc import Callable, Sequence
 
@@ -92,6 +93,7 @@ from brokerlet.storage._segments import (
 )
 from brokerlet.storage._worker import HubWorker, real_lock
 from brokerlet.storage.ledger import AppendCallback, Entry, NewEntry, ReadCallback
+from brokerlet.storage.retention import SegmentInfo
 
 __all__ = ["CursorStore", "DiskLedger", "DiskStorage", "FileOps", "StorageError", "SyncPolicy"]
 
@@ -138,10 +140,15 @@ class DiskLedger:
             SegmentIndex(s.base, s.path, s.offsets, s.end) for s in recovered.segments
         ]
         self._bases = [segment.base for segment in self._segments]
+        # When each segment's newest entry was stored. Segments found at start count as
+        # stored now: retention by time then keeps them a little longer, never shorter.
+        now_ms = int(time.time() * 1000)
+        self._stamps = [now_ms for _ in self._segments]
         self._last = recovered.log.next_id - 1
         self._first = self._bases[0] if self._bases else self._last + 1
         self._cache = TailCache(cache_bytes, self._last + 1)
         self._closed = False
+        self.consumed_up_to: int | None = None
 
     @property
     def ledger_id(self) -> int:
@@ -168,6 +175,7 @@ class DiskLedger:
     @property
     def closed(self) -> bool:
         return self._closed
+
 
     @property
     def cursors(self) -> CursorStore:
@@ -212,6 +220,8 @@ class DiskLedger:
             path = os.path.join(self._directory, segment_name(job.segment))
             segments.append(SegmentIndex(job.segment, path, array("Q"), job.offset))
             self._bases.append(job.segment)
+            self._stamps.append(0)
+        self._stamps[-1] = int(time.time() * 1000)
         segment = segments[-1]
         offsets = segment.offsets
         offset = job.offset
@@ -327,26 +337,60 @@ class DiskLedger:
 
     # Retention and lifecycle.
 
-    def trim(self, up_to: int) -> None:
-        """Forget entries up to ``up_to``; delete each segment that holds nothing newer.
+    def bytes_from(self, entry_id: int) -> int:
+        """Bytes of the records from ``entry_id`` to the end (framing included)."""
+        entry_id = max(entry_id, self._first)
+        if entry_id > self._last or not self._segments:
+            return 0
+        index = bisect.bisect_right(self._bases, entry_id) - 1
+        segment = self._segments[index]
+        total = segment.end - segment.offsets[entry_id - segment.base]
+        return total + sum(later.end for later in self._segments[index + 1 :])
 
-        The open segment is never deleted, so after a restart the ledger may again start at an
-        entry that was trimmed (every durable cursor has acknowledged it).
-        """
-        up_to = min(up_to, self._last)
-        if up_to < self._first or self._closed:
-            return
-        self._first = up_to + 1
-        self._cache.drop_below(self._first)
+    def segments(self) -> list[SegmentInfo]:
+        """The segments, oldest first, for retention."""
         segments = self._segments
+        return [
+            SegmentInfo(
+                segment.base,
+                segments[i + 1].base - 1 if i + 1 < len(segments) else self._last,
+                segment.end,
+                self._stamps[i],
+            )
+            for i, segment in enumerate(segments)
+        ]
+
+    def drop_segments(self, count: int) -> None:
+        """Delete the oldest ``count`` segments (never the open one).
+
+        They leave the index at once (reads skip them); the files are unlinked on the writer
+        thread, oldest first, so a crash part-way leaves a contiguous run of segments.
+        """
+        count = min(count, len(self._segments) - 1)
+        if count <= 0 or self._closed:
+            return
         doomed: list[str] = []
-        while len(segments) > 1 and segments[1].base <= self._first:
-            segment = segments.pop(0)
-            self._bases.pop(0)
+        for segment in self._segments[:count]:
             segment.retire()
             doomed.append(segment.path)
-        if doomed:
-            self._writer.submit(DeleteFilesJob(doomed))
+        del self._segments[:count]
+        del self._bases[:count]
+        del self._stamps[:count]
+        self._first = self._bases[0]
+        self._cache.drop_below(self._first)
+        self._writer.submit(DeleteFilesJob(doomed))
+
+    def trim(self, up_to: int) -> None:
+        """Delete every whole segment whose entries all have ids ``<= up_to``.
+
+        The open segment is never deleted.
+        """
+        count = 0
+        for segment in self.segments()[:-1]:
+            if segment.last_id > up_to:
+                break
+            count += 1
+        self.drop_segments(count)
 
     def close(self) -> None:
         """Write pending cursors, then close the files; appends already queued complete."""

@@ -10,8 +10,11 @@ off the actor greenlets; the in-memory back-end completes at once, on the caller
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
+
+from brokerlet.storage.retention import SegmentInfo
 
 __all__ = ["AppendCallback", "Entry", "Ledger", "MemoryLedger", "NewEntry", "ReadCallback"]
 
@@ -81,7 +84,11 @@ class Ledger(Protocol):
         """Read the given entries; ids that no longer exist are skipped."""
 
     def trim(self, up_to: int) -> None:
-        """Forget entries with ids ``<= up_to`` (every subscription has acknowledged them)."""
+        """Delete every whole segment whose entries all have ids ``<= up_to``."""
+
+    consumed_up_to: int | None
+    """The slowest durable subscription's mark-delete id (None: no durable subscription);
+    set by the topic, read by retention (`brokerlet.storage.retention`)."""
 
     def close(self) -> None: ...
 
@@ -92,14 +99,24 @@ class MemoryLedger:
     Entries are kept as plain ``(data, checksum, num_messages)`` tuples, which the garbage
     collector stops tracking after its first look, so a large in-memory backlog adds nothing
     to the pauses of full collections; :class:`Entry` objects are made as entries are read.
+
+    The entries are grouped in segment-sized chunks (``segment_bytes``, like the disk
+    ledger's segment files) and retention drops whole chunks only, so an embedded broker
+    and ``brokerlet serve`` agree on what a late subscriber from Earliest still sees.
     """
 
-    def __init__(self, ledger_id: int) -> None:
+    def __init__(self, ledger_id: int, segment_bytes: int = 64 * 1024 * 1024) -> None:
         self._ledger_id = ledger_id
+        self._segment_bytes = segment_bytes
         self._entries: list[tuple[bytes, int, int]] = []
         self._first = 0  # entry id of self._entries[0]
         self._dropped = 0  # trimmed entries still at the head of the list (compacted lazily)
         self._bytes = 0
+        # Chunks, oldest first: [first entry id, bytes, epoch ms of the newest entry].
+        self._chunks: list[list[int]] = []
+        self._closed = False
+        self.consumed_up_to: int | None = None
+        self.compacted_view: object = None  # kept here so it outlives the topic actor
 
     @property
     def ledger_id(self) -> int:
@@ -117,12 +134,24 @@ class MemoryLedger:
     def size_bytes(self) -> int:
         return self._bytes
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def append(self, entries: Sequence[NewEntry], callback: AppendCallback) -> None:
         first_id = self.last_entry_id + 1
         stored = self._entries
+        chunks = self._chunks
+        if not chunks or chunks[-1][1] >= self._segment_bytes:
+            chunks.append([first_id, 0, 0])
+        chunk = chunks[-1]
+        added = 0
         for new in entries:
             stored.append((new.data, new.checksum, new.num_messages))
-            self._bytes += len(new.data)
+            added += len(new.data)
+        self._bytes += added
+        chunk[1] += added
+        chunk[2] = int(time.time() * 1000)
         callback(first_id)
 
     def read(self, start: int, max_entries: int, max_bytes: int, callback: ReadCallback) -> None:
@@ -148,10 +177,44 @@ class MemoryLedger:
         first = self._first
         callback([Entry(ledger_id, i, *stored[i - first]) for i in entry_ids if low <= i <= high])
 
-    def trim(self, up_to: int) -> None:
+    def bytes_from(self, entry_id: int) -> int:
+        """Bytes of the entries from ``entry_id`` to the end."""
+        begin = max(entry_id, self.first_entry_id) - self._first
+        return sum(len(item[0]) for item in self._entries[begin:])
+
+    # Retention.
+
+    def segments(self) -> list[SegmentInfo]:
+        chunks = self._chunks
+        last = self.last_entry_id
+        return [
+            SegmentInfo(
+                chunk[0], chunks[i + 1][0] - 1 if i + 1 < len(chunks) else last, chunk[1], chunk[2]
+            )
+            for i, chunk in enumerate(chunks)
+        ]
+
+    def drop_segments(self, count: int) -> None:
+        """Delete the oldest ``count`` chunks (never the newest)."""
+        count = min(count, len(self._chunks) - 1)
+        if count <= 0:
+            return
+        up_to = self._chunks[count][0] - 1
+        del self._chunks[:count]
+        self._forget_through(up_to)
+
+    def forget_entries(self, up_to: int) -> None:
+        """Forget every entry up to ``up_to`` one by one, whatever the chunks: for
+        non-persistent topics, which keep nothing for retention (data rules apply to
+        persistent topics only)."""
         up_to = min(up_to, self.last_entry_id)
         if up_to < self.first_entry_id:
             return
+        while len(self._chunks) > 1 and self._chunks[1][0] <= up_to + 1:
+            del self._chunks[0]
+        self._forget_through(up_to)
+
+    def _forget_through(self, up_to: int) -> None:
         head = self._dropped
         newly = up_to - self.first_entry_id + 1
         for data, _checksum, _messages in self._entries[head : head + newly]:
@@ -163,6 +226,16 @@ class MemoryLedger:
             self._first += self._dropped
             self._dropped = 0
 
+    def trim(self, up_to: int) -> None:
+        count = 0
+        for segment in self.segments()[:-1]:
+            if segment.last_id > up_to:
+                break
+            count += 1
+        self.drop_segments(count)
+
     def close(self) -> None:
+        self._closed = True
         self._entries.clear()
+        self._chunks.clear()
         self._bytes = 0

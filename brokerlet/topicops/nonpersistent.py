@@ -171,7 +171,10 @@ class NonPersistentRule:
             while runs and runs[0][0] <= subscriber.position:
                 subscriber.position = max(subscriber.position, runs.pop(0)[1] + 1)
         keep_from = min((s.position for s in self.subscribers.values()), default=last + 1)
-        self.ledger.trim(keep_from - 1)
+        # Per entry: a non-persistent topic keeps nothing for retention (issue 14's segment
+        # rule is for persistent topics).
+        forget = getattr(self.ledger, "forget_entries", self.ledger.trim)
+        forget(keep_from - 1)
 
     # Stats.
 

@@ -9,7 +9,6 @@ dispatcher's own ``CloseConsumers``.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,14 +18,13 @@ from brokerlet.actors.messages import (
     AckUpTo,
     AddConsumer,
     EndOfTopicReached,
+    ExpireUpTo,
     GetPermitTotal,
-    GetStats,
     MarkDeleteMoved,
     SkipEntriesOf,
     TopicTerminated,
 )
 from brokerlet.actors.supervision import tell_quietly
-from brokerlet.dispatch.stats import Rate
 
 if TYPE_CHECKING:
     from brokerlet.actors.dispatcher import Dispatcher
@@ -45,23 +43,14 @@ class SubscriptionOps:
         self.terminated_at: int | None = None  # the topic's last entry once terminated
         self._told_end: set[Consumer] = set()  # consumers sent REACHED_END_OF_TOPIC
         self._existing: dict[type, Callable[[Any], Any]] = {}  # the dispatcher's handlers
-        self.expired = 0  # entries acknowledged by expiry
-        self.last_expire_ms = 0
-        self._expiry_rate = Rate()
 
     def handlers(
         self, existing: dict[type, Callable[[Any], Any]]
     ) -> dict[type, Callable[..., Any]]:
         add_consumer = existing[AddConsumer]
-        get_stats = existing[GetStats]
         self._existing = existing
-
-        def stats_with_expiry(message: Any) -> Any:
-            result = get_stats(message)
-            result["totalMsgExpired"] = self.expired
-            result["lastExpireTimestamp"] = self.last_expire_ms
-            result["msgRateExpired"] = self._expiry_rate.sample(self.expired)
-            return result
+        # Expiry is counted in one place, the dispatcher's ExpiryCounter (issue 14's
+        # ExpireUpTo): message TTL, backlog eviction and this admin operation share it.
 
         def add_then_check(message: Any) -> Any:
             result = add_consumer(message)
@@ -70,7 +59,6 @@ class SubscriptionOps:
 
         return {
             AddConsumer: add_then_check,
-            GetStats: stats_with_expiry,
             AckUpTo: self._ack_up_to,
             AckDropped: self._ack_dropped,
             SkipEntriesOf: self._skip,
@@ -86,12 +74,10 @@ class SubscriptionOps:
         if upto <= d.cursor.mark_delete:
             return
         if message.expiry:
-            # PersistentMessageExpiryMonitor counts the entries it marks deleted.
-            cursor = d.cursor
-            self.expired += sum(
-                1 for e in range(cursor.mark_delete + 1, upto + 1) if not cursor.is_acked(e)
-            )
-            self.last_expire_ms = int(time.time() * 1000)
+            # One expiry path: the dispatcher's ExpireUpTo counts what it marks deleted
+            # (PersistentMessageExpiryMonitor) and tells the topic.
+            d._expire_up_to(ExpireUpTo(upto))
+            return
         self._moved(d.book.ack([upto], cumulative=True))
 
     def _ack_dropped(self, message: AckDropped) -> None:

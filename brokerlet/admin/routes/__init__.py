@@ -12,6 +12,7 @@ from brokerlet.admin.rest import Route
 from brokerlet.admin.routes import (
     brokers,
     clusters,
+    compaction,
     lookup,
     namespaces,
     schemas,
@@ -23,7 +24,18 @@ from brokerlet.admin.routes import (
 
 __all__ = ["MODULES", "all_routes"]
 
-MODULES = (stats, brokers, clusters, tenants, namespaces, topics, topics_ops, lookup, schemas)
+MODULES = (
+    stats,
+    brokers,
+    clusters,
+    tenants,
+    namespaces,
+    topics,
+    topics_ops,
+    lookup,
+    schemas,
+    compaction,
+)
 
 
 @functools.cache

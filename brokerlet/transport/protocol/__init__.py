@@ -12,6 +12,12 @@ out. Commands are the generated protobuf classes in ``pb``::
 """
 
 from brokerlet.transport.protocol import pulsar_pb2 as pb
+from brokerlet.transport.protocol._batch import (
+    Member,
+    UnreadableBatchError,
+    repack_entry,
+    unpack_entry,
+)
 from brokerlet.transport.protocol._errors import ProtocolError
 from brokerlet.transport.protocol._fast import (
     SendFields,
@@ -58,9 +64,11 @@ __all__ = [
     "ConsumerStatsFigures",
     "Frame",
     "FrameDecoder",
+    "Member",
     "Payload",
     "ProtocolError",
     "SendFields",
+    "UnreadableBatchError",
     "build_entry",
     "command_body",
     "command_name",
@@ -83,5 +91,7 @@ __all__ = [
     "parse_metadata",
     "pb",
     "publish_time",
+    "repack_entry",
     "split_batch",
+    "unpack_entry",
 ]

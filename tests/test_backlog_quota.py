@@ -1,0 +1,151 @@
+"""Backlog quotas (issue 14) with the official client: each policy does what Pulsar does.
+
+Pulsar: BacklogQuotaManager (periodic check; disconnectProducers for the producer policies,
+dropBacklogForSizeLimit / dropBacklogForTimeLimit for eviction) and ServerCnx#handleProducer
+(ProducerBlockedQuotaExceededError for producer_request_hold, ...Exception for
+producer_exception).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pulsar
+import pytest
+
+from brokerlet import Broker
+from brokerlet.storage import MemoryLedger
+from brokerlet.storage.backlog_quota import BacklogQuota, QuotaService
+from tests.datarules import admin, broker_factory, client_for, drain, poll, stats
+from tests.test_message_ttl import entry_published_at
+
+make_broker = pytest.fixture(params=["memory", "disk"])(broker_factory)
+
+LIMIT = 10_240
+
+
+def set_quota(broker: Broker, policy: str) -> None:
+    # Set after the backlog is written: a check in the middle of filling would refuse the
+    # rest of it (rightly), which is not what these tests look at.
+    answer = admin(
+        broker,
+        "POST",
+        "namespaces/public/default/backlogQuota?backlogQuotaType=destination_storage",
+        {"limitSize": LIMIT, "policy": policy},
+    )
+    assert answer.status_code == 204, answer.text
+
+
+def fill(client: pulsar.Client, topic: str) -> pulsar.Producer:
+    producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=2000)
+    for _ in range(20):
+        producer.send(b"x" * 1024)
+    return producer
+
+
+def test_producer_exception_refuses_sends_and_new_producers(
+    make_broker: Callable[..., Broker],
+) -> None:
+    topic = "persistent://public/default/quota-exception"
+    broker = make_broker(backlog_quota_check_interval_in_seconds=0.1)
+    client = client_for(broker)
+    try:
+        sub = client.subscribe(topic, "slow", initial_position=pulsar.InitialPosition.Earliest)
+        producer = fill(client, topic)
+        set_quota(broker, "producer_exception")
+        poll(lambda: stats(broker, topic)["backlogQuotaExceeded"] == "destination_storage", "check")
+        assert stats(broker, topic)["backlogQuotaLimitSize"] == LIMIT
+        # The check disconnected the producer; its reconnection is refused, and the client
+        # fails the send with the quota error.
+        poll(lambda: not stats(broker, topic)["publishers"], "producers disconnected")
+        with pytest.raises(pulsar.ProducerBlockedQuotaExceededException):
+            producer.send(b"more")
+        with pytest.raises(pulsar.ProducerBlockedQuotaExceededException):
+            client.create_producer(topic)
+        # Consumed below the limit: producers are welcome again.
+        assert len(drain(sub)) >= 20
+        poll(lambda: stats(broker, topic)["backlogSize"] == 0, "acks")
+        client.create_producer(topic).send(b"after")
+    finally:
+        client.close()
+
+
+def test_producer_request_hold_holds_sends_until_the_backlog_drains(
+    make_broker: Callable[..., Broker],
+) -> None:
+    topic = "persistent://public/default/quota-hold"
+    broker = make_broker(backlog_quota_check_interval_in_seconds=0.1)
+    client = client_for(broker)
+    try:
+        sub = client.subscribe(topic, "slow", initial_position=pulsar.InitialPosition.Earliest)
+        producer = fill(client, topic)
+        set_quota(broker, "producer_request_hold")
+        poll(lambda: stats(broker, topic)["backlogQuotaExceeded"] == "destination_storage", "check")
+        with pytest.raises(pulsar.ProducerBlockedQuotaExceededError):
+            client.create_producer(topic)
+        poll(lambda: not stats(broker, topic)["publishers"], "producers disconnected")
+        # A held send waits, then times out (send_timeout_millis=2000) as Pulsar's clients do.
+        started = time.monotonic()
+        with pytest.raises(pulsar.Timeout):
+            producer.send(b"held")
+        assert time.monotonic() - started >= 1.5
+        # Consumed below the limit: a producer is accepted again (the held one reconnects
+        # on its own back-off schedule).
+        assert len(drain(sub)) >= 20
+        poll(lambda: stats(broker, topic)["backlogSize"] == 0, "acks")
+        client.create_producer(topic).send(b"after")
+    finally:
+        client.close()
+
+
+def test_consumer_backlog_eviction_moves_the_slowest_subscription(
+    make_broker: Callable[..., Broker],
+) -> None:
+    topic = "persistent://public/default/quota-eviction"
+    broker = make_broker(backlog_quota_check_interval_in_seconds=0.1)
+    client = client_for(broker)
+    try:
+        slow = client.subscribe(topic, "slow", initial_position=pulsar.InitialPosition.Earliest)
+        fast = client.subscribe(topic, "fast", initial_position=pulsar.InitialPosition.Earliest)
+        producer = fill(client, topic)
+        assert len(drain(fast)) == 20
+        set_quota(broker, "consumer_backlog_eviction")
+
+        def evicted() -> bool:
+            return 0 < stats(broker, topic)["subscriptions"]["slow"]["msgBacklog"] < 20
+
+        poll(evicted, "eviction of the slow subscription")
+        current = stats(broker, topic)
+        assert current["backlogSize"] <= LIMIT * 0.9
+        assert current["subscriptions"]["slow"]["totalMsgExpired"] == 0  # evicted, not expired
+        producer.send(b"still accepted")  # eviction never blocks producers
+        slow.close()
+        # The subscription resumes after the evicted entries, ending with the newest.
+        again = client.subscribe(topic, "slow")
+        received = [m.data() for m in drain(again)]
+        assert 0 < len(received) < 21
+        assert received[-1] == b"still accepted"
+    finally:
+        client.close()
+
+
+def test_message_age_quota_and_the_eviction_points() -> None:
+    ledger = MemoryLedger(1)
+    ledger.append([entry_published_at(1_000 * i) for i in range(100)], lambda _: None)
+    ledger.consumed_up_to = 9  # the slowest subscription is at entry 10 (published at 10 s)
+    quotas = (BacklogQuota(-1, -1), BacklogQuota(-1, 30, "consumer_backlog_eviction"))
+    service = QuotaService(lambda: [], lambda _: quotas, 60, clock=lambda: 100_000)
+    state, evict = service.check("t", ledger, 9)
+    assert (state.exceeded, state.oldest_age_s) == ("message_age", 90)
+    # dropBacklogForTimeLimit: up to the newest entry older than 30 s (published < 70 s).
+    assert evict == 69
+    # Size: keep at most 90% of the limit after the new mark-delete.
+    size = ledger.bytes_from(0) // 100
+    quotas = (BacklogQuota(20 * size, -1, "consumer_backlog_eviction"), BacklogQuota())
+    state, evict = service.check("t", ledger, 9)
+    assert state.exceeded == "destination_storage"
+    assert ledger.bytes_from(evict + 1) <= 18 * size < ledger.bytes_from(evict)
+    # Under both limits: nothing.
+    quotas = (BacklogQuota(10**9), BacklogQuota(-1, 10**6))
+    assert service.check("t", ledger, 9)[0].exceeded is None
