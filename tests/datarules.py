@@ -44,6 +44,20 @@ def poll(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
         time.sleep(0.02)
 
 
+def await_passes(broker: Broker, service: str, count: int) -> None:
+    """Wait (bounded) until the broker's ``retention`` or ``expiry`` service ran ``count``
+    more complete passes: a check that nothing happened needs passes, not a stretch of time."""
+    actor = broker._broker_actor
+    assert actor is not None, "broker not started"
+
+    def passes() -> int:
+        value: int = getattr(actor.proxy(), service).get(timeout=5).passes
+        return value
+
+    target = passes() + count
+    poll(lambda: passes() >= target, f"{count} {service} passes")
+
+
 def stats(broker: Broker, topic: str) -> dict[str, Any]:
     result = broker.topic_stats(topic)
     assert result is not None, f"topic {topic} is not loaded"

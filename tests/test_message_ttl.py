@@ -17,7 +17,7 @@ from brokerlet import Broker
 from brokerlet.storage import MemoryLedger, NewEntry
 from brokerlet.storage.expiry import newest_published_before
 from brokerlet.transport.protocol import pb
-from tests.datarules import admin, broker_factory, client_for, drain, poll, stats
+from tests.datarules import admin, await_passes, broker_factory, client_for, drain, poll, stats
 
 make_broker = pytest.fixture(params=["memory", "disk"])(broker_factory)
 
@@ -99,7 +99,10 @@ def test_namespace_message_ttl_overrides_the_broker_default(
         producer = client.create_producer(topic, batching_enabled=False)
         for index in range(5):
             producer.send(f"m{index}".encode())
-        time.sleep(1.5)  # older than the TTL set next; several passes with no TTL at all
+        sent = time.monotonic()
+        # Older than the TTL set next, with several expiry passes meanwhile under no TTL at all.
+        await_passes(broker, "expiry", 3)
+        poll(lambda: time.monotonic() - sent > 1.5, "the messages to age past 1.5 s")
         assert sub_stats(broker, topic, "sub")["msgBacklog"] == 5  # broker default: no TTL
         assert admin(broker, "POST", "namespaces/public/default/messageTTL", 1).status_code == 204
         poll(lambda: sub_stats(broker, topic, "sub")["msgBacklog"] == 0, "namespace TTL")

@@ -7,7 +7,6 @@ consumed the segment and the retention policy lets it go.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,7 @@ from brokerlet.storage.retention import (
     SegmentInfo,
     segments_to_drop,
 )
-from tests.datarules import MIB, admin, broker_factory, client_for, drain, poll, stats
+from tests.datarules import MIB, admin, await_passes, broker_factory, client_for, drain, poll, stats
 
 
 def seg(first: int, last: int, size: int = 100, stored_ms: int = 0) -> SegmentInfo:
@@ -167,7 +166,7 @@ def test_namespace_infinite_retention_keeps_consumed_data(
             producer.send(bytes([index]) * 500)
         assert len(drain(sub)) == 60
         size = stats(broker, topic)["storageSize"]
-        time.sleep(0.3)  # several retention passes (interval 0.05 s); nothing may go
+        await_passes(broker, "retention", 3)  # nothing may go
         assert stats(broker, topic)["storageSize"] == size
         late = client.subscribe(topic, "late", initial_position=pulsar.InitialPosition.Earliest)
         assert len(drain(late)) == 60
@@ -194,7 +193,7 @@ def test_size_retention_keeps_about_the_limit(make_broker: Callable[..., Broker]
         for _ in range(400):  # about 3 MiB
             producer.send(payload)
         assert stats(broker, topic)["storageSize"] > 3 * MIB
-        time.sleep(0.2)
+        await_passes(broker, "retention", 3)
         # Unconsumed: nothing goes whatever the size.
         assert stats(broker, topic)["storageSize"] > 3 * MIB
         assert len(drain(sub, wait_ms=500)) == 400

@@ -293,7 +293,12 @@ def _decode_command(data: memoryview) -> pb.BaseCommand:
 
 
 def _peek_type(data: memoryview) -> int | None:
-    """Find the raw value of field 1 (``type``) in a serialised BaseCommand.
+    """Find the raw value of field 1 (``type``) in a serialised BaseCommand."""
+    return varint_field(data, 1)
+
+
+def varint_field(data: memoryview | bytes, number: int) -> int | None:
+    """The raw value of varint field ``number`` in a serialised message.
 
     Walks the top-level fields without interpreting them; returns the last value seen
     (protobuf's rule for repeated scalars), or None if there is none or the bytes are
@@ -311,7 +316,7 @@ def _peek_type(data: memoryview) -> int | None:
             value, offset = _read_varint(data, offset)
             if value < 0:
                 return found
-            if field_number == 1:
+            if field_number == number:
                 found = value
         elif wire_type == 1:
             offset += 8
@@ -327,7 +332,7 @@ def _peek_type(data: memoryview) -> int | None:
     return found
 
 
-def _read_varint(data: memoryview, offset: int) -> tuple[int, int]:
+def _read_varint(data: memoryview | bytes, offset: int) -> tuple[int, int]:
     """Read a varint at ``offset``; return (value, next offset), value -1 if malformed."""
     value = 0
     shift = 0

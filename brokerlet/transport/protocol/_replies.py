@@ -11,7 +11,8 @@ from typing import Any
 from google.protobuf import unknown_fields
 
 from brokerlet.transport.protocol import pulsar_pb2 as pb
-from brokerlet.transport.protocol._unsupported import _key, _varint, _varint_field
+from brokerlet.transport.protocol._framing import varint_field
+from brokerlet.transport.protocol._unsupported import _key, _varint
 
 __all__ = [
     "ConsumerStatsFigures",
@@ -30,8 +31,8 @@ def consumer_stats_request(command: pb.BaseCommand) -> tuple[int, int] | None:
     for field in fields:
         if field.field_number == T.CONSUMER_STATS and field.wire_type == 2:
             data = bytes(field.data)
-            request_id = _varint_field(data, 1)
-            consumer_id = _varint_field(data, 4)
+            request_id = varint_field(data, 1)
+            consumer_id = varint_field(data, 4)
             if request_id is None or consumer_id is None:
                 return None
             return request_id, consumer_id

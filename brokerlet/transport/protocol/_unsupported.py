@@ -16,7 +16,7 @@ from typing import Any
 from google.protobuf import unknown_fields
 
 from brokerlet.transport.protocol import pulsar_pb2 as pb
-from brokerlet.transport.protocol._framing import encode_command
+from brokerlet.transport.protocol._framing import encode_command, varint_field
 
 __all__ = ["UNSUPPORTED", "encode_unsupported_reply", "unsupported_request_id"]
 
@@ -55,7 +55,7 @@ def unsupported_request_id(command: pb.BaseCommand) -> int | None:
     fields: Any = unknown_fields.UnknownFieldSet(command)  # iterable; the stubs lack it
     for field in fields:
         if field.field_number == command.type and field.wire_type == 2:
-            return _varint_field(bytes(field.data), reply.request_id_field)
+            return varint_field(bytes(field.data), reply.request_id_field)
     return None
 
 
@@ -100,43 +100,3 @@ def _varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
-
-
-def _varint_field(data: bytes, number: int) -> int | None:
-    """The value of varint field ``number`` in a serialised message, or None."""
-    offset, end, found = 0, len(data), None
-    while offset < end:
-        tag, offset = _read_varint(data, offset)
-        if tag < 0:
-            return found
-        field, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, offset = _read_varint(data, offset)
-            if value < 0:
-                return found
-            if field == number:
-                found = value
-        elif wire == 1:
-            offset += 8
-        elif wire == 2:
-            length, offset = _read_varint(data, offset)
-            if length < 0:
-                return found
-            offset += length
-        elif wire == 5:
-            offset += 4
-        else:
-            return found
-    return found
-
-
-def _read_varint(data: bytes, offset: int) -> tuple[int, int]:
-    value, shift, end = 0, 0, len(data)
-    while offset < end and shift < 70:
-        byte = data[offset]
-        offset += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, offset
-        shift += 7
-    return -1, offset
