@@ -40,6 +40,7 @@ __all__ = [
     "ProducerJob",
     "ProducerReport",
     "key_space",
+    "quiet_logger",
     "run_consumer",
     "run_key_shared_consumers",
     "run_producer",
@@ -259,7 +260,7 @@ def run_key_shared_consumers(
     process knows how many messages its keys will bring. The process reports once ``stop``
     is set.
     """
-    client = pulsar.Client(job.service_url, logger=_quiet_logger(), message_listener_threads=1)
+    client = pulsar.Client(job.service_url, logger=quiet_logger(), message_listener_threads=1)
     tally = _KeySharedTally(job.first_consumer, job.consumers, progress)
     try:
         try:
@@ -502,7 +503,8 @@ def _cpu_seconds() -> float:
     return time.process_time()
 
 
-def _quiet_logger() -> Any:
+def quiet_logger() -> Any:
+    """A pulsar-client logger that prints warnings and errors only, not every connection."""
     return pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
 
 
@@ -518,7 +520,7 @@ def _client(service_url: str) -> Any:
             "tls_trust_certs_file_path": os.environ[TLS_TRUST_ENV],
             "tls_validate_hostname": False,
         }
-    return pulsar.Client(service_url, logger=_quiet_logger(), **options)
+    return pulsar.Client(service_url, logger=quiet_logger(), **options)
 
 
 def _producer_report(

@@ -27,6 +27,7 @@ from typing import Any
 
 import pulsar
 
+from bench.clients.jobs import quiet_logger
 from bench.plan import Plan, SectionResult
 from bench.report import Row, judge
 from brokerlet import Broker
@@ -59,9 +60,11 @@ def run(rounds: int) -> dict[str, Any]:
     wide = pulsar.schema.AvroSchema(None, schema_definition=json.loads(_avro(50)))
     wider = pulsar.schema.AvroSchema(None, schema_definition=json.loads(_avro(51)))
     samples: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    topics = (f"persistent://public/bench/schema-{n}" for n in itertools.count())
+    topics = (f"persistent://public/default/schema-{n}" for n in itertools.count())
     with Broker(port=0, web_service_enabled=False) as broker:
-        client = pulsar.Client(broker.service_url, operation_timeout_seconds=30)
+        client = pulsar.Client(
+            broker.service_url, operation_timeout_seconds=30, logger=quiet_logger()
+        )
         try:
             known = next(topics)
             client.create_producer(known, schema=wide).close()
