@@ -11,7 +11,13 @@ import gevent.event
 import pykka
 import pytest
 
-from brokerlet.actors._runtime import GeventActor, GeventFuture, HandlerTimeout, timeout_after
+from brokerlet.actors._runtime import (
+    GeventActor,
+    GeventFuture,
+    HandlerTimeout,
+    take_turn,
+    timeout_after,
+)
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -323,3 +329,35 @@ def test_timeout_after_fails_one_message_not_every_actor() -> None:
         waiter.ask("wait", timeout=WAIT)
     assert waiter.ask("ping", timeout=WAIT) == "alive"
     assert bystander.ask("ping", timeout=WAIT) == "alive"
+
+
+@pytest.mark.parametrize("busy", [1, 3])
+def test_take_turn_lets_a_due_timer_run_after_one_round_of_turns(busy: int) -> None:
+    """Greenlets that yield with take_turn() do not starve timers.
+
+    With gevent.sleep(0) each yield is a loop callback, and gevent runs 50 callbacks before it
+    looks at its timers again: the 1 ms timer below waited ~50 turns. take_turn() yields
+    through a zero timer, so a due timer runs after at most a round or two of turns.
+    """
+    turns = 0
+    fired = gevent.event.Event()
+
+    def spin() -> None:
+        nonlocal turns
+        while not fired.is_set() and turns < 1000:
+            until = time.perf_counter() + 0.0003
+            while time.perf_counter() < until:
+                pass
+            turns += 1
+            take_turn()
+
+    def timer() -> None:
+        gevent.sleep(0.001)
+        fired.set()
+
+    spinners = [gevent.spawn(spin) for _ in range(busy)]
+    gevent.spawn(timer).join(timeout=WAIT)
+    gevent.joinall(spinners, timeout=WAIT)
+    assert fired.is_set()
+    # 1 ms of 0.3 ms turns is about 4; a round of every spinner on either side of the expiry.
+    assert turns <= 4 + 2 * busy + 2, f"{turns} turns of 0.3 ms before a 1 ms timer ran"

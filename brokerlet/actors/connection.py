@@ -29,7 +29,7 @@ import pykka
 
 from brokerlet import __version__
 from brokerlet.actors import stats_reader
-from brokerlet.actors._runtime import GeventActor
+from brokerlet.actors._runtime import GeventActor, take_turn
 from brokerlet.actors.errors import BrokerError
 from brokerlet.actors.messages import (
     Ack,
@@ -313,7 +313,7 @@ class ConnectionActor(GeventActor):
                         if not self._sends(sends):
                             return
                         sends = []
-                        gevent.sleep(0)
+                        take_turn()
                 continue
             if sends:
                 if not self._sends(sends):
