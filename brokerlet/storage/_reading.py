@@ -1,8 +1,8 @@
 """Reading entries back on the hub's side: the segment index, the tail cache, read jobs.
 
 `SegmentIndex` knows where each record of a segment starts; `TailCache` keeps the newest
-entries as `Entry` objects so the common read (a dispatcher at the end of the ledger) needs no
-I/O; `ReadJob` carries byte ranges to the reader thread, whose processor is `read_batch`.
+entries so the common read (a dispatcher at the end of the ledger) needs no I/O; `ReadJob`
+carries byte ranges to the reader thread, whose processor is `read_batch`.
 """
 
 from __future__ import annotations
@@ -89,12 +89,21 @@ class SegmentIndex:
             self._fd = -1
 
 
+_as_entry = tuple.__new__  # Entry from the plain tuple of its fields, without a copy
+
+
 class TailCache:
-    """The most recent entries of a ledger, as a window of consecutive ids ending at the last."""
+    """The most recent entries of a ledger, as a window of consecutive ids ending at the last.
+
+    Entries are kept as plain tuples of `Entry`'s fields and become `Entry` objects when read.
+    The garbage collector stops tracking a plain tuple of ints and bytes, but not a NamedTuple:
+    a full cache of `Entry` objects (tens of thousands per topic) made every full collection
+    walk them all, 5-15 ms with the hub stopped.
+    """
 
     def __init__(self, limit: int, first_id: int) -> None:
         self._limit = limit
-        self._entries: list[Entry] = []
+        self._entries: list[tuple[int, int, bytes, int, int]] = []
         self._base = first_id  # id of _entries[0]
         self._head = 0  # entries at the front already evicted (removed in bulk)
         self._bytes = 0
@@ -110,7 +119,7 @@ class TailCache:
         stored = self._entries
         entry_id = first_id
         for new in entries:
-            stored.append(Entry(ledger_id, entry_id, new.data, new.checksum, new.num_messages))
+            stored.append((ledger_id, entry_id, new.data, new.checksum, new.num_messages))
             added += len(new.data) + _ENTRY_OVERHEAD
             entry_id += 1
         self._bytes += added
@@ -120,17 +129,20 @@ class TailCache:
     def get(self, entry_id: int) -> Entry | None:
         index = entry_id - self._base
         if self._head <= index < len(self._entries):
-            return self._entries[index]
+            return _as_entry(Entry, self._entries[index])
         return None
 
     def window(self, start: int, stop: int) -> list[Entry]:
-        return self._entries[start - self._base : stop - self._base + 1]
+        return [
+            _as_entry(Entry, fields)
+            for fields in self._entries[start - self._base : stop - self._base + 1]
+        ]
 
     def drop_below(self, entry_id: int) -> None:
         stored = self._entries
         head = self._head
-        while head < len(stored) and stored[head].entry_id < entry_id:
-            self._bytes -= len(stored[head].data) + _ENTRY_OVERHEAD
+        while head < len(stored) and stored[head][1] < entry_id:
+            self._bytes -= len(stored[head][2]) + _ENTRY_OVERHEAD
             head += 1
         self._head = head
         self._compact()
@@ -146,7 +158,7 @@ class TailCache:
         stored = self._entries
         head = self._head
         while self._bytes > self._limit and head < len(stored):
-            self._bytes -= len(stored[head].data) + _ENTRY_OVERHEAD
+            self._bytes -= len(stored[head][2]) + _ENTRY_OVERHEAD
             head += 1
         self._head = head
         self._compact()

@@ -36,8 +36,9 @@ class NewEntry(NamedTuple):
 class Entry(NamedTuple):
     """A stored entry, addressed by ``(ledger_id, entry_id)``.
 
-    A tuple of ints and bytes, so the garbage collector stops tracking it: a broker holding
-    millions of entries in memory does not pay for them in every full collection.
+    Built when an entry is read. The ledgers keep plain tuples of ints and bytes instead, which
+    the garbage collector stops tracking (it keeps tracking a NamedTuple), so a broker holding
+    millions of entries does not walk them in every full collection.
     """
 
     ledger_id: int
