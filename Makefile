@@ -13,6 +13,9 @@ $(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	# An editable install is not byte-compiled; where PYTHONDONTWRITEBYTECODE is set, every
+	# start would compile brokerlet again (~250 ms). A module edited since is compiled in memory.
+	$(PY) -m compileall -q brokerlet >/dev/null
 	touch $(STAMP)
 
 run: venv

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import gevent
 import gevent.event
@@ -28,21 +28,21 @@ from brokerlet.actors.broker import BrokerActor
 from brokerlet.actors.eventloop import EventLoopActor
 from brokerlet.actors.messages import CloseIdleTopics, GetTopic
 from brokerlet.actors.supervision import tell_quietly
-from brokerlet.admin import AdminServer
-from brokerlet.admin.rest import AdminContext
 from brokerlet.config import Settings, SettingsError, load_settings
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
 from brokerlet.metadata import MetadataStore
 from brokerlet.metadata.listeners import parse_listeners
 from brokerlet.schema import SchemaRegistry, TableSchemaStorage
 from brokerlet.security.authorization import PolicySource, PulsarShapedPolicies
-from brokerlet.security.http import admin_guard, start_https
 from brokerlet.security.service import Security
 from brokerlet.storage import DiskStorage, FileOps
 from brokerlet.topicops import api as topic_api
 from brokerlet.topicops.entries import StoredMessage
 from brokerlet.transport.server import Server
 from brokerlet.transport.tls import server_context
+
+if TYPE_CHECKING:
+    from brokerlet.admin.http import AdminServer
 
 __all__ = ["Broker"]
 
@@ -457,6 +457,11 @@ class Broker:
             )
             self._tls_server.start()
         if self.settings.web_service_enabled:
+            # Imported here: the web service's libraries cost ~150 ms of start-up.
+            from brokerlet.admin.http import AdminServer  # noqa: PLC0415
+            from brokerlet.admin.rest import AdminContext  # noqa: PLC0415
+            from brokerlet.security.http import admin_guard, start_https  # noqa: PLC0415
+
             context = AdminContext(
                 broker=self._broker_actor,
                 settings=self.settings,

@@ -13,14 +13,16 @@ import ssl
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
-
-import jwt
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from brokerlet.config import Settings, SettingsError
 from brokerlet.security._keys import read_key_value
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+# PyJWT and cryptography take ~35 ms to import: only a broker with token authentication
+# imports them, when its TokenProvider is made (start-up time of every other broker).
 
 __all__ = [
     "AuthResult",
@@ -107,6 +109,8 @@ class TokenProvider:
             self._algorithms = ["HS256", "HS384", "HS512"]
         elif settings.token_public_key:
             raw = read_key_value(settings.token_public_key, "token_public_key")
+            from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+
             self._key = _public_key(raw)
             is_ec = isinstance(self._key, ec.EllipticCurvePublicKey)
             family: tuple[str, ...] = _EC_ALGORITHMS if is_ec else _RSA_ALGORITHMS
@@ -129,6 +133,8 @@ class TokenProvider:
             raise AuthenticationFailed("no token given")
         token = credentials.data.decode("ascii", "replace").strip()
         token = token.removeprefix("Bearer ").strip()
+        import jwt  # noqa: PLC0415 - see the note on the imports
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError as error:
@@ -163,6 +169,9 @@ class TokenProvider:
 
 
 def _public_key(raw: bytes) -> rsa.RSAPublicKey | ec.EllipticCurvePublicKey:
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa  # noqa: PLC0415
+
     try:
         key = (
             serialization.load_pem_public_key(raw)

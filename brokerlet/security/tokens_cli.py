@@ -27,21 +27,16 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
-import jwt
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-
 from brokerlet.config import SettingsError
 from brokerlet.security._keys import read_key_value
+
+# PyJWT and cryptography are imported by the commands that use them: `brokerlet serve` builds
+# this parser too, and importing them took ~35 ms of every broker's start-up.
 
 __all__ = ["add_tokens_parser", "parse_relative_time", "run_tokens"]
 
 _HMAC_SIZES: Final = {"HS256": 32, "HS384": 48, "HS512": 64}
-_EC_CURVES: Final[dict[str, ec.EllipticCurve]] = {
-    "ES256": ec.SECP256R1(),
-    "ES384": ec.SECP384R1(),
-    "ES512": ec.SECP521R1(),
-}
+_EC_CURVES: Final = {"ES256": "SECP256R1", "ES384": "SECP384R1", "ES512": "SECP521R1"}
 _RSA_ALGORITHMS: Final = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 _RELATIVE: Final = re.compile(r"^\s*(\d+)\s*([smhdwy]?)\s*$", re.IGNORECASE)
@@ -138,10 +133,13 @@ def _create_secret_key(args: argparse.Namespace) -> int:
 
 
 def _create_key_pair(args: argparse.Namespace) -> int:
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa  # noqa: PLC0415
+
     algorithm = args.signature_algorithm
     private: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
     if algorithm in _EC_CURVES:
-        private = ec.generate_private_key(_EC_CURVES[algorithm])
+        private = ec.generate_private_key(getattr(ec, _EC_CURVES[algorithm])())
     else:
         private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write(
@@ -162,18 +160,25 @@ def _create_key_pair(args: argparse.Namespace) -> int:
 
 
 def _private_key(raw: bytes) -> Any:
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
     if raw.lstrip().startswith(b"-----"):
         return serialization.load_pem_private_key(raw, password=None)
     return serialization.load_der_private_key(raw, password=None)
 
 
 def _public_key(raw: bytes) -> Any:
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
     if raw.lstrip().startswith(b"-----"):
         return serialization.load_pem_public_key(raw)
     return serialization.load_der_public_key(raw)
 
 
 def _create(args: argparse.Namespace) -> str:
+    import jwt  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+
     claims: dict[str, Any] = {"sub": args.subject}
     if args.expiry_time:
         claims["exp"] = int(time.time()) + parse_relative_time(args.expiry_time)
@@ -204,6 +209,9 @@ def _token_text(args: argparse.Namespace) -> str:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    import jwt  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+
     token = _token_text(args)
     header = jwt.get_unverified_header(token)
     algorithm = str(header.get("alg", ""))
@@ -227,6 +235,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    import jwt  # noqa: PLC0415
+
     token = _token_text(args)
     header = jwt.get_unverified_header(token)
     claims = jwt.decode(token, options={"verify_signature": False})
