@@ -117,6 +117,37 @@ def test_disk_writes_run_on_the_thread_pool_not_the_event_loop(tmp_path: Path) -
     assert len(ticks) > before + 1, "the hub was blocked while the transaction ran"
 
 
+def _stored_topics(tmp_path: Path) -> list[str]:
+    with sqlite3.connect(tmp_path / FILE_NAME) as other:
+        return [name for (name,) in other.execute("SELECT name FROM topics ORDER BY name")]
+
+
+def test_an_auto_created_topic_is_committed_without_the_creator_waiting(tmp_path: Path) -> None:
+    # Auto-creation on a first PRODUCER must not put a metadata fsync on the client's path;
+    # the row follows on a greenlet of its own, in order with every later change.
+    store = MetadataStore.in_directory(str(tmp_path))
+    began = gevent.get_hub().loop.now()
+    store.create_topic("persistent://public/default/a", "public/default", 0, wait=False)
+    assert gevent.get_hub().loop.now() == began, "the creator waited for the commit"
+    assert "persistent://public/default/a" in store.topics
+    assert _stored_topics(tmp_path) == []
+
+    deadline = time.monotonic() + 10
+    while not _stored_topics(tmp_path) and time.monotonic() < deadline:
+        gevent.sleep(0.01)
+    assert _stored_topics(tmp_path) == ["persistent://public/default/a"]
+
+    # A change made before the deferred commit ran goes after it, in the same transaction.
+    store.create_topic("persistent://public/default/b", "public/default", 0, wait=False)
+    store.delete_topic("persistent://public/default/b")
+    store.create_topic("persistent://public/default/c", "public/default", 0, wait=False)
+    store.close()  # commits what is still deferred
+    assert _stored_topics(tmp_path) == [
+        "persistent://public/default/a",
+        "persistent://public/default/c",
+    ]
+
+
 def test_a_corrupt_file_stops_start_up_with_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / FILE_NAME).write_bytes(b"this is not sqlite" * 100)
 

@@ -53,8 +53,8 @@ class TopicCompaction:
 
     def load(self) -> None:
         """Read the stored view (disk topics), on the hub's thread pool."""
-        if self.view is not None or self.directory is None:
-            self._keep_with_ledger()
+        if self.view is not None or self.directory is None or getattr(self.ledger, "new", False):
+            self._keep_with_ledger()  # a new topic has no stored view: no thread-pool hop
             return
         try:
             self.view = gevent.get_hub().threadpool.apply(

@@ -93,6 +93,9 @@ class MetadataStore:
         self.cluster = cluster
         self._lock = gevent.lock.Semaphore()
         self._offload = path is not None  # only a file's commits may fsync
+        # Changes whose commit nobody waits for; they go first in the next transaction.
+        self._deferred: list[Callable[[sqlite3.Connection], object]] = []
+        self._flushing: gevent.Greenlet | None = None
         self._connection = self._open(path)
         self.tenants: dict[str, dict[str, Any]] = {}
         self.namespaces: dict[str, dict[str, Any]] = {}
@@ -207,6 +210,8 @@ class MetadataStore:
 
     def close(self) -> None:
         with self._lock:
+            if self._deferred:
+                self._transact(lambda _connection: None)
             self._connection.close()
 
     # The generic API, for tables of other areas.
@@ -228,12 +233,17 @@ class MetadataStore:
     def _transact(self, change: Callable[[sqlite3.Connection], T]) -> T:
         connection = self._connection
 
+        deferred, self._deferred = self._deferred, []
+
         def run() -> T:
             connection.execute("BEGIN IMMEDIATE")
             try:
+                for earlier in deferred:
+                    earlier(connection)
                 result = change(connection)
             except BaseException:
                 connection.execute("ROLLBACK")
+                self._deferred[:0] = deferred  # they were not refused: keep them for the next
                 raise
             connection.execute("COMMIT")
             return result
@@ -242,6 +252,25 @@ class MetadataStore:
             result: T = gevent.get_hub().threadpool.apply(run)
             return result
         return run()
+
+    def _defer(self, change: Callable[[sqlite3.Connection], object]) -> None:
+        """Commit ``change`` soon, on a greenlet of its own, without making the caller wait."""
+        if not self._offload:
+            self._transact(change)  # in memory: no fsync to wait for
+            return
+        self._deferred.append(change)
+        if self._flushing is None:
+            self._flushing = gevent.spawn(self._flush)
+
+    def _flush(self) -> None:
+        try:
+            with self._lock:
+                if self._deferred:
+                    self._transact(lambda _connection: None)
+        except sqlite3.Error:
+            log.exception("metadata: a deferred commit failed; it is retried with the next one")
+        finally:
+            self._flushing = None
 
     # Tenants.
 
@@ -342,29 +371,53 @@ class MetadataStore:
         properties: Mapping[str, str] | None = None,
         *,
         exist_ok: bool = False,
+        wait: bool = True,
     ) -> TopicMeta:
         """Record a topic (``partitions`` 0: non-partitioned); returns what is stored.
 
         With ``exist_ok`` an existing topic is returned as it is (auto-creation racing an
-        explicit creation), otherwise :class:`AlreadyExists`.
+        explicit creation), otherwise :class:`AlreadyExists`. Without ``wait`` the commit
+        follows on a greenlet of its own (auto-creation: a topic that stored anything is
+        found in storage and recorded again at start-up, so the fsync need not delay it).
         """
+        if not wait:
+            # Nothing below yields without wait, so it needs no lock (holding it would make
+            # this wait for the commit of the previous deferred change).
+            return self._record_topic(name, namespace, partitions, properties, exist_ok=exist_ok)
         with self._lock:
-            existing = self.topics.get(name)
-            if existing is not None:
-                if exist_ok:
-                    return existing
-                raise AlreadyExists("This topic already exists")
-            if namespace not in self.namespaces:
-                raise NotFound("Namespace does not exist")
-            topic = TopicMeta(name, namespace, partitions, dict(properties or {}))
-            self._transact(
-                lambda c: c.execute(
-                    "INSERT INTO topics VALUES (?, ?, ?, ?)",
-                    (name, namespace, partitions, _text(topic.properties)),
-                )
+            return self._record_topic(
+                name, namespace, partitions, properties, exist_ok=exist_ok, wait=True
             )
-            self.topics[name] = topic
-            return topic
+
+    def _record_topic(
+        self,
+        name: str,
+        namespace: str,
+        partitions: int,
+        properties: Mapping[str, str] | None,
+        *,
+        exist_ok: bool,
+        wait: bool = False,
+    ) -> TopicMeta:
+        existing = self.topics.get(name)
+        if existing is not None:
+            if exist_ok:
+                return existing
+            raise AlreadyExists("This topic already exists")
+        if namespace not in self.namespaces:
+            raise NotFound("Namespace does not exist")
+        topic = TopicMeta(name, namespace, partitions, dict(properties or {}))
+        row = (name, namespace, partitions, _text(topic.properties))
+
+        def insert(connection: sqlite3.Connection) -> object:
+            return connection.execute("INSERT INTO topics VALUES (?, ?, ?, ?)", row)
+
+        if wait:
+            self._transact(insert)
+        else:
+            self._defer(insert)
+        self.topics[name] = topic
+        return topic
 
     def update_partitions(self, name: str, partitions: int) -> TopicMeta:
         """Set a partitioned topic's partition count (the caller checks it may grow)."""

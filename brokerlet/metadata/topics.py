@@ -121,7 +121,7 @@ def admit(store: MetadataStore, settings: Any, name: TopicName) -> bool:
         )
     if not auto_creation(store.namespaces.get(name.namespace), settings).allow:
         raise Refused("TopicNotFound", f"Topic {name} does not exist")
-    store.create_topic(name.full, name.namespace, 0, exist_ok=True)
+    store.create_topic(name.full, name.namespace, 0, exist_ok=True, wait=False)
     return True
 
 

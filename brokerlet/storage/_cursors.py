@@ -48,6 +48,7 @@ class CursorStore:
         hub: the hub timers run on.
         flush_delay: seconds a save may wait before it is written.
         topic: for messages.
+        new: the topic was created by this run: there is no file to read yet.
     """
 
     def __init__(
@@ -60,6 +61,7 @@ class CursorStore:
         hub: Any,
         flush_delay: float,
         topic: str,
+        new: bool = False,
     ) -> None:
         self._path = path
         self._cursors = cursors
@@ -71,10 +73,11 @@ class CursorStore:
         self._timer = hub.loop.timer(flush_delay)
         # Partly acknowledged batch entries per subscription: entry id -> [batch size, words];
         # read from the file on first use (older files have none).
-        self._batch_acks: dict[str, dict[int, list[int]]] | None = None
+        # A new topic's file does not exist yet: nothing to read.
+        self._batch_acks: dict[str, dict[int, list[int]]] | None = {} if new else None
         self._last_write: gevent.event.AsyncResult | None = None
         self._closed = False
-        self._properties: dict[str, Any] | None = None  # read on first use
+        self._properties: dict[str, Any] | None = {} if new else None  # read on first use
 
     def subscriptions(self) -> list[str]:
         """Names of the subscriptions with a saved cursor."""

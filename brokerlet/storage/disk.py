@@ -149,6 +149,9 @@ class DiskLedger:
         self._cache = TailCache(cache_bytes, self._last + 1)
         self._closed = False
         self.consumed_up_to: int | None = None
+        # Created by this run and not yet on disk: no file of it (a compacted view, a
+        # terminated mark) can exist, so opening the topic need not look for any.
+        self.new = bool(recovered.log.uncreated)
 
     @property
     def ledger_id(self) -> int:
@@ -594,8 +597,9 @@ class DiskStorage:
     # Opening topics.
 
     def _open_now(self, name: str) -> DiskLedger:
+        new = name not in self._known
         try:
-            if name in self._known:
+            if not new:
                 ledger_id, directory, recovered, cursor_state = self._hub.threadpool.apply(
                     self._load_topic, (name,)
                 )
@@ -611,6 +615,7 @@ class DiskStorage:
             hub=self._hub,
             flush_delay=self._cursor_flush,
             topic=name,
+            new=new,
         )
         closing = gevent.event.Event()
 
