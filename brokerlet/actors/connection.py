@@ -877,12 +877,14 @@ class ConnectionActor(GeventActor):
             return
         # An id with an ack_set acknowledges only part of a batch (dispatch/batch_acks.py);
         # without batch-index acks enabled the entry just stays unacked.
-        positions = [(m.ledger_id, m.entry_id) for m in ack.message_id if not m.ack_set]
-        ack_sets = None
-        if self.settings.acknowledgment_at_batch_index_level_enabled:
-            ack_sets = {
-                (m.ledger_id, m.entry_id): tuple(m.ack_set) for m in ack.message_id if m.ack_set
-            }
+        positions: list[tuple[int, int]] = []
+        ack_sets: dict[tuple[int, int], tuple[int, ...]] = {}
+        for m in ack.message_id:  # one pass: each field read from protobuf costs
+            words = m.ack_set
+            if not words:
+                positions.append((m.ledger_id, m.entry_id))
+            elif self.settings.acknowledgment_at_batch_index_level_enabled:
+                ack_sets[m.ledger_id, m.entry_id] = tuple(words)
         if positions or ack_sets:
             cumulative = ack.ack_type == pb.CommandAck.Cumulative
             tell_quietly(
