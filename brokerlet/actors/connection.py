@@ -651,19 +651,28 @@ class ConnectionActor(GeventActor):
         )
 
     def _sends(self, sends: list[tuple[SendFields, bytes]]) -> bool:
-        """Append a chunk of SENDs, one message per run of the same producer."""
+        """Append a slice of SENDs: one Append per producer, its SENDs in their order.
+
+        Grouped by producer, not by runs of one producer: a partitioned producer's
+        round-robin sends alternate between the partitions' producers on one connection,
+        which made every SEND an Append, an Appended and a write of its own. A malformed
+        SEND closes the connection and nothing of the slice is appended: none of it was
+        receipted, so the client sends it again after reconnecting.
+        """
+        by_producer: dict[int, tuple[_Producer, list[AppendItem]]] = {}
         producer: _Producer | None = None
         items: list[AppendItem] = []
         max_size = self.settings.max_message_size
         for send, payload in sends:
             if producer is None or send.producer_id != producer.producer_id:
-                if producer is not None:
-                    self._append(producer, items)
-                    items = []
-                producer = self.producers.get(send.producer_id)
-                if producer is None:
-                    self._disconnect(f"SEND for unknown producer {send.producer_id}")
-                    return False
+                run = by_producer.get(send.producer_id)
+                if run is None:
+                    known = self.producers.get(send.producer_id)
+                    if known is None:
+                        self._disconnect(f"SEND for unknown producer {send.producer_id}")
+                        return False
+                    run = by_producer[send.producer_id] = (known, [])
+                producer, items = run
             if send.num_messages < 1:
                 self._disconnect(f"malformed SEND: num_messages {send.num_messages}")
                 return False
@@ -703,7 +712,7 @@ class ConnectionActor(GeventActor):
                     refusal[1],
                 )
             items.append(AppendItem(send.sequence_id, highest, entry, refusal))
-        if producer is not None and items:
+        for producer, items in by_producer.values():
             self._append(producer, items)
         return True
 
