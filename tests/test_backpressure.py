@@ -11,7 +11,7 @@ import json
 import random
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import gevent
@@ -28,6 +28,7 @@ from brokerlet.dispatch.consumer import ConnectionHandle
 from brokerlet.dispatch.options import DispatchOptions
 from brokerlet.dispatch.ratelimit import DispatchRateLimiter
 from brokerlet.testing.rawclient import RawClient
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
 from tests.dispatch_harness import Block, FakeChannel, Harness, Noop
 
@@ -278,14 +279,6 @@ def consumer_stats(broker: Broker, topic: str, subscription: str) -> dict[str, A
     return result
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        time.sleep(0.005)  # polling the broker's stats from the test thread
-
-
 def settled_consumer_stats(
     broker: Broker, topic: str, subscription: str, timeout: float = 10.0
 ) -> dict[str, Any]:
@@ -384,7 +377,12 @@ def run_paused_consumer(
         producer.expect(pb.BaseCommand.SEND_RECEIPT)
     consumer.flow(1, PERMITS)  # then never read until resumed
 
-    wait_until(lambda: not consumer_stats(broker, topic, "s")["writable"])
+    wait_until(
+        lambda: consumer_stats(broker, topic, "s"),
+        predicate=lambda consumer: not consumer["writable"],
+        message="the consumer's socket to stop being writable",
+        interval=0.005,
+    )
     at_flip = consumer_stats(broker, topic, "s")
     # The broker gets every chance to keep feeding: wait until dispatch to it settles.
     held = settled_consumer_stats(broker, topic, "s")

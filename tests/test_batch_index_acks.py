@@ -8,7 +8,6 @@ CommandMessage.ack_set and the C++ client skips the members whose bit is clear
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pulsar
@@ -17,6 +16,7 @@ import pytest
 from brokerlet import Broker
 from brokerlet.dispatch.batch_acks import BatchAckFilter, BatchAcks
 from brokerlet.storage.ledger import Entry
+from brokerlet.testing.waiting import wait_until
 
 
 def test_ack_sets_and_until_every_member_is_acked() -> None:
@@ -90,14 +90,12 @@ def test_a_batch_of_five_with_two_acked_comes_back_as_three(
     consumer.acknowledge(got[1])
     consumer.acknowledge(got[3])
     # The acks are grouped by the client: wait until the broker counts them.
-    deadline = time.monotonic() + 5
-    while True:
-        stats = broker.topic_stats(topic)
-        assert stats is not None
-        if stats["subscriptions"]["sub"]["unackedMessages"] == 3:
-            break
-        assert time.monotonic() < deadline, f"the partial acks never arrived: {stats}"
-        time.sleep(0.02)  # a bounded poll of the broker's stats
+    wait_until(
+        lambda: broker.topic_stats(topic),
+        predicate=lambda stats: stats["subscriptions"]["sub"]["unackedMessages"] == 3,
+        message="the partial acks",
+        timeout=5,
+    )
     consumer.close()
     consumer = subscribe()
     again = []
@@ -132,13 +130,12 @@ def test_cumulative_ack_inside_a_batch_moves_to_the_entry_before_and_keeps_the_r
     _batch(client, topic, 5)
     got = [consumer.receive(5_000) for _ in range(6)]
     consumer.acknowledge_cumulative(got[3])  # single, m0, m1, m2
-    deadline = time.monotonic() + 5
-    while True:
-        sub = broker.topic_stats(topic)["subscriptions"]["sub"]  # type: ignore[index]
-        if sub["unackedMessages"] == 2:
-            break
-        assert time.monotonic() < deadline, f"the cumulative ack never arrived: {sub}"
-        time.sleep(0.02)  # a bounded poll of the broker's stats
+    sub = wait_until(
+        lambda: broker.topic_stats(topic)["subscriptions"]["sub"],  # type: ignore[index]
+        predicate=lambda sub: sub["unackedMessages"] == 2,
+        message="the cumulative ack",
+        timeout=5,
+    )
     assert sub["markDeletePosition"].endswith(":0")  # the entry before the batch
     consumer.close()
     consumer = subscribe()
@@ -171,10 +168,12 @@ def test_partial_acks_survive_a_restart_with_the_cursor(tmp_path: Path) -> None:
         got = [consumer.receive(5_000) for _ in range(5)]
         consumer.acknowledge(got[0])
         consumer.acknowledge(got[4])
-        deadline = time.monotonic() + 5
-        while running.topic_stats(topic)["subscriptions"]["sub"]["unackedMessages"] != 3:  # type: ignore[index]
-            assert time.monotonic() < deadline, "the partial acks never arrived"
-            time.sleep(0.02)  # a bounded poll of the broker's stats
+        wait_until(
+            lambda: running.topic_stats(topic)["subscriptions"]["sub"]["unackedMessages"],  # type: ignore[index]
+            predicate=lambda unacked: unacked == 3,
+            message="the partial acks",
+            timeout=5,
+        )
         client.close()
     with Broker(port=0, storage="disk", data_dir=str(tmp_path)) as running:
         client = pulsar.Client(running.service_url, operation_timeout_seconds=5)

@@ -20,6 +20,7 @@ from brokerlet.storage import FileOps, StorageError
 from brokerlet.storage._cursors import load_cursors
 from brokerlet.testing.process import BrokerletProcess
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
 
 TOPIC = "persistent://public/default/durable"
@@ -274,10 +275,13 @@ def test_retention_frees_disk_once_every_subscription_acked(tmp_path: Path) -> N
         client.handshake()
         client.subscribe(TOPIC, "only", 1)
         before = store_then_ack_all(client, [b"x" * 1024] * 200, tmp_path)
-        deadline = time.monotonic() + 5
-        while topic_bytes(tmp_path) > before // 4 and time.monotonic() < deadline:
-            time.sleep(0.02)  # segments are deleted on the storage thread
-        after = topic_bytes(tmp_path)
+        # Segments are deleted on the storage thread.
+        after = wait_until(
+            lambda: topic_bytes(tmp_path),
+            predicate=lambda size: size < before // 4,
+            message="the acknowledged segments deleted",
+            timeout=5,
+        )
     assert before > 150_000
     assert after < before // 4, (before, after)
 

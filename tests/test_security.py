@@ -26,6 +26,7 @@ from passlib.hash import apr_md5_crypt, des_crypt
 
 from brokerlet import Broker
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
 from tests.test_bad_input import LogWatch
 from tests.tlscerts import Pki
@@ -474,14 +475,20 @@ def test_lookup_answers_the_tls_url_to_tls_clients(secured: Secured) -> None:
 
 def wait_logged(watch: LogWatch, level: int, *fragments: str, timeout: float = 10) -> None:
     """Like LogWatch.assert_logged, for events seconds away (a token's expiry)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def missing() -> str | None:
         try:
             watch.assert_logged(level, *fragments)
-            return
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
+        except AssertionError as error:
+            return str(error)  # what was logged instead, shown if the wait fails
+        return None
+
+    wait_until(
+        missing,
+        predicate=lambda error: error is None,
+        message=f"a log line with {fragments}",
+        timeout=timeout,
+    )
 
 
 def test_an_expiring_token_is_refreshed_through_auth_challenge(

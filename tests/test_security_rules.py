@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import ssl
-import time
 from pathlib import Path
 
 import jwt
@@ -23,6 +22,7 @@ from brokerlet.security.authorization import (
 from brokerlet.security.http import RouteRefused, admin_guard, check_route
 from brokerlet.security.service import Security
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.tls import server_context
 from tests.tlscerts import Pki
 
@@ -214,15 +214,17 @@ def test_the_connection_caps_count_the_tls_listener_too(pki: Pki) -> None:
                 refused = RawClient(tls_address, tls=pki.client_context(), timeout=3)
                 refused.handshake()
             first.ping()  # the first connection is untouched
+
         # The slot frees once the broker has seen the close: a bounded poll, not a sleep.
-        deadline = time.monotonic() + 5
-        while True:
+        def accepted() -> bool:
             try:
                 with RawClient(tls_address, tls=pki.client_context()) as later:
                     later.handshake()
-                break
             except (ssl.SSLError, OSError, ConnectionClosed):
-                assert time.monotonic() < deadline, "the TLS listener never accepted again"
+                return False
+            return True
+
+        wait_until(accepted, message="the TLS listener to accept again", timeout=5)
 
 
 def test_the_admin_guard_sets_the_role_and_applies_route_levels() -> None:
