@@ -45,6 +45,35 @@ def fill(client: pulsar.Client, topic: str) -> pulsar.Producer:
     return producer
 
 
+def wait_until_flagged(broker: Broker, topic: str) -> None:
+    wait_until(
+        lambda: stats(broker, topic)["backlogQuotaExceeded"],
+        predicate=lambda value: value == "destination_storage",
+        message="the quota check to flag the topic",
+    )
+
+
+def wait_until_no_producers(broker: Broker, topic: str) -> None:
+    wait_until(
+        lambda: stats(broker, topic)["publishers"],
+        predicate=lambda publishers: not publishers,
+        message="the check to disconnect the producers",
+    )
+
+
+def assert_welcome_once_drained(
+    broker: Broker, client: pulsar.Client, topic: str, sub: pulsar.Consumer
+) -> None:
+    """Consumed below the limit: producers are welcome again."""
+    assert len(drain(sub)) >= 20
+    wait_until(
+        lambda: stats(broker, topic)["backlogSize"],
+        predicate=lambda size: size == 0,
+        message="the acks to empty the backlog",
+    )
+    client.create_producer(topic).send(b"after")
+
+
 def test_producer_exception_refuses_sends_and_new_producers(
     make_broker: Callable[..., Broker],
 ) -> None:
@@ -55,27 +84,17 @@ def test_producer_exception_refuses_sends_and_new_producers(
         sub = client.subscribe(topic, "slow", initial_position=pulsar.InitialPosition.Earliest)
         producer = fill(client, topic)
         set_quota(broker, "producer_exception")
-        wait_until(
-            lambda: stats(broker, topic)["backlogQuotaExceeded"],
-            predicate=lambda value: value == "destination_storage",
-            message="check",
-        )
+        wait_until_flagged(broker, topic)
         assert stats(broker, topic)["backlogQuotaLimitSize"] == LIMIT
         # The check disconnected the producer; its reconnection is refused, and the client
         # fails the send with the quota error.
-        wait_until(lambda: not stats(broker, topic)["publishers"], message="producers disconnected")
+        wait_until_no_producers(broker, topic)
         with pytest.raises(pulsar.ProducerBlockedQuotaExceededException):
             producer.send(b"more")
         with pytest.raises(pulsar.ProducerBlockedQuotaExceededException):
             client.create_producer(topic)
         # Consumed below the limit: producers are welcome again.
-        assert len(drain(sub)) >= 20
-        wait_until(
-            lambda: stats(broker, topic)["backlogSize"],
-            predicate=lambda value: value == 0,
-            message="acks",
-        )
-        client.create_producer(topic).send(b"after")
+        assert_welcome_once_drained(broker, client, topic, sub)
     finally:
         client.close()
 
@@ -90,14 +109,10 @@ def test_producer_request_hold_holds_sends_until_the_backlog_drains(
         sub = client.subscribe(topic, "slow", initial_position=pulsar.InitialPosition.Earliest)
         producer = fill(client, topic)
         set_quota(broker, "producer_request_hold")
-        wait_until(
-            lambda: stats(broker, topic)["backlogQuotaExceeded"],
-            predicate=lambda value: value == "destination_storage",
-            message="check",
-        )
+        wait_until_flagged(broker, topic)
         with pytest.raises(pulsar.ProducerBlockedQuotaExceededError):
             client.create_producer(topic)
-        wait_until(lambda: not stats(broker, topic)["publishers"], message="producers disconnected")
+        wait_until_no_producers(broker, topic)
         # A held send waits, then times out (send_timeout_millis=2000) as Pulsar's clients do.
         started = time.monotonic()
         with pytest.raises(pulsar.Timeout):
@@ -105,13 +120,7 @@ def test_producer_request_hold_holds_sends_until_the_backlog_drains(
         assert time.monotonic() - started >= 1.5
         # Consumed below the limit: a producer is accepted again (the held one reconnects
         # on its own back-off schedule).
-        assert len(drain(sub)) >= 20
-        wait_until(
-            lambda: stats(broker, topic)["backlogSize"],
-            predicate=lambda value: value == 0,
-            message="acks",
-        )
-        client.create_producer(topic).send(b"after")
+        assert_welcome_once_drained(broker, client, topic, sub)
     finally:
         client.close()
 

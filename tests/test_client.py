@@ -97,6 +97,17 @@ def receive_n(consumer: Consumer, count: int, *, ack: bool = True) -> list[Messa
     return messages
 
 
+def wait_queued(consumer: Consumer, count: int) -> None:
+    """Wait until ``count`` messages sit in the consumer's local queue."""
+    wait_until(
+        lambda: len(consumer._queue),
+        predicate=lambda queued: queued == count,
+        message=f"{count} messages in the local queue",
+        timeout=WAIT,
+        interval=0.01,
+    )
+
+
 def nothing_more(consumer: Consumer, wait_ms: int = 150) -> bool:
     try:
         consumer.receive(wait_ms)
@@ -499,13 +510,7 @@ def test_redeliver_unacknowledged_drops_the_local_queue(client: Client, topic: s
         producer.send(b"%d" % i)
     taken = receive_n(consumer, 2, ack=False)
     # Wait for the other three to be queued locally, so the redelivery must drop them.
-    wait_until(
-        lambda: len(consumer._queue),
-        predicate=lambda n: n == 3,
-        message="3 messages in the local queue",
-        timeout=WAIT,
-        interval=0.01,
-    )
+    wait_queued(consumer, 3)
 
     consumer.redeliver_unacknowledged_messages()
     again = receive_n(consumer, 5)
@@ -604,13 +609,7 @@ def test_small_receiver_queue_is_refilled(broker: Broker, client: Client, topic:
         return int(stats["subscriptions"]["sub"]["msgOutCounter"])
 
     # Only the queue's worth is pushed ahead of receive(), and the permits are used up.
-    wait_until(
-        lambda: len(consumer._queue),
-        predicate=lambda n: n == 5,
-        message="5 messages in the local queue",
-        timeout=WAIT,
-        interval=0.01,
-    )
+    wait_queued(consumer, 5)
     stats = broker.topic_stats(topic)
     assert stats is not None
     assert stats["subscriptions"]["sub"]["consumers"][0]["availablePermits"] == 0

@@ -16,6 +16,7 @@ from brokerlet.testing.process import BrokerletProcess
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient
 from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
+from tests.datarules import drain
 from tests.producer_frames import raw_producer, send_frame
 
 T = pb.BaseCommand
@@ -165,12 +166,7 @@ def test_resending_stores_nothing_new_and_last_sequence_id_follows(
         producer.send(b"m%d" % sequence, sequence_id=sequence)  # answered, not stored
     producer.send(b"m10", sequence_id=10)
     consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
-    got = []
-    while True:
-        try:
-            got.append(consumer.receive(500).data())
-        except pulsar.Timeout:
-            break
+    got = [m.data() for m in drain(consumer, wait_ms=500, ack=False)]
     assert got == [b"m%d" % i for i in range(11)]
     producer.close()
 
@@ -192,12 +188,7 @@ def test_last_sequence_id_and_dedup_survive_a_restart(tmp_path: Path) -> None:
         for sequence in range(15, 20):
             producer.send(b"m%d" % sequence, sequence_id=sequence)
         consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
-        got = []
-        while True:
-            try:
-                got.append(consumer.receive(500).data())
-            except pulsar.Timeout:
-                break
+        got = [m.data() for m in drain(consumer, wait_ms=500, ack=False)]
         assert got == [b"m%d" % i for i in range(20)]
         client.close()
 

@@ -22,6 +22,7 @@ from brokerlet.testing.process import BrokerletProcess
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient
 from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
+from tests.datarules import drain
 
 TOPIC = "persistent://public/default/durable"
 T = pb.BaseCommand
@@ -35,17 +36,6 @@ def client_for(broker: Broker) -> pulsar.Client:
     quiet = logging.getLogger("tests.pulsar-client")
     quiet.setLevel(logging.WARNING)
     return pulsar.Client(broker.service_url, operation_timeout_seconds=5, logger=quiet)
-
-
-def drain(consumer: pulsar.Consumer, wait_ms: int = 500) -> list[pulsar.Message]:
-    got = []
-    while True:
-        try:
-            message = consumer.receive(wait_ms)
-        except pulsar.Timeout:
-            return got
-        got.append(message)
-        consumer.acknowledge(message)
 
 
 @pytest.mark.official
@@ -65,7 +55,7 @@ def test_restart_redelivers_unacked_keeps_acked_and_continues_ids(tmp_path: Path
         producer = client.create_producer(TOPIC, batching_enabled=False)
         new = producer.send(b"after restart")
         assert (new.ledger_id(), new.entry_id()) == (ids[0].ledger_id(), 10)
-        rest = [m.data() for m in drain(consumer)]
+        rest = [m.data() for m in drain(consumer, wait_ms=500)]
         assert rest == [f"m{i}".encode() for i in range(4, 10)] + [b"after restart"]
         client.close()
 
