@@ -67,7 +67,7 @@ def _wait_unacked(broker: Broker, topic: str, count: int, what: str) -> dict[str
     sub: dict[str, Any] = wait_until(
         lambda: broker.topic_stats(topic)["subscriptions"]["sub"],  # type: ignore[index]
         predicate=lambda sub: sub["unackedMessages"] == count,
-        message=what,
+        message=f"{what} (unackedMessages {count})",
         timeout=5,
     )
     return sub
