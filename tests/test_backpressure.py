@@ -31,6 +31,7 @@ from brokerlet.testing.rawclient import RawClient
 from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
 from tests.dispatch_harness import Block, FakeChannel, Harness, Noop
+from tests.tlscerts import tls_listener_address
 
 
 class RecordingLoop(EventLoopActor):
@@ -342,19 +343,12 @@ def test_a_paused_consumer_socket_stops_dispatch_and_resuming_delivers_everythin
         if gated
         else DispatchOptions(writability_gating=False, read_after_dispatch=True)
     )
-    tls: dict[str, Any] = {}
-    if transport == "tls":
-        tls = {
-            "broker_service_port_tls": 0,
-            "tls_certificate_file_path": pki.broker.cert,
-            "tls_key_file_path": pki.broker.key,
-        }
+    tls = pki.tls_listener() if transport == "tls" else {}
     with Broker(port=0, so_sndbuf=16384, dispatch_options=options, **tls) as broker:
         address = broker.address
         context = None
         if transport == "tls":
-            assert broker.service_url_tls is not None
-            address = (address[0], int(broker.service_url_tls.rsplit(":", 1)[1]))
+            address = tls_listener_address(broker)
             context = pki.client_context()
         with (
             RawClient(address, timeout=10, tls=context) as producer,
