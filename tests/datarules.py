@@ -4,7 +4,6 @@ official client, bounded polls."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 import requests
 
 from brokerlet import Broker
+from brokerlet.testing.waiting import wait_until
 
 MIB = 1024 * 1024
 
@@ -36,14 +36,6 @@ def drain(consumer: pulsar.Consumer, wait_ms: int = 300, ack: bool = True) -> li
             consumer.acknowledge(message)
 
 
-def poll(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def await_passes(broker: Broker, service: str, count: int) -> None:
     """Wait (bounded) until the broker's ``retention`` or ``expiry`` service ran ``count``
     more complete passes: a check that nothing happened needs passes, not a stretch of time."""
@@ -55,7 +47,11 @@ def await_passes(broker: Broker, service: str, count: int) -> None:
         return value
 
     target = passes() + count
-    poll(lambda: passes() >= target, f"{count} {service} passes")
+    wait_until(
+        passes,
+        predicate=lambda value: value >= target,
+        message=f"{count} {service} passes",
+    )
 
 
 def stats(broker: Broker, topic: str) -> dict[str, Any]:

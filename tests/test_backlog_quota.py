@@ -17,7 +17,8 @@ import pytest
 from brokerlet import Broker
 from brokerlet.storage import MemoryLedger
 from brokerlet.storage.backlog_quota import BacklogQuota, QuotaService
-from tests.datarules import admin, broker_factory, client_for, drain, poll, stats
+from brokerlet.testing.waiting import wait_until
+from tests.datarules import admin, broker_factory, client_for, drain, stats
 from tests.test_message_ttl import entry_published_at
 
 make_broker = pytest.fixture(params=["memory", "disk"])(broker_factory)
@@ -44,6 +45,35 @@ def fill(client: pulsar.Client, topic: str) -> pulsar.Producer:
     return producer
 
 
+def wait_until_flagged(broker: Broker, topic: str) -> None:
+    wait_until(
+        lambda: stats(broker, topic)["backlogQuotaExceeded"],
+        predicate=lambda value: value == "destination_storage",
+        message="the quota check to flag the topic",
+    )
+
+
+def wait_until_no_producers(broker: Broker, topic: str) -> None:
+    wait_until(
+        lambda: stats(broker, topic)["publishers"],
+        predicate=lambda publishers: not publishers,
+        message="the check to disconnect the producers",
+    )
+
+
+def assert_welcome_once_drained(
+    broker: Broker, client: pulsar.Client, topic: str, sub: pulsar.Consumer
+) -> None:
+    """Consumed below the limit: producers are welcome again."""
+    assert len(drain(sub)) >= 20
+    wait_until(
+        lambda: stats(broker, topic)["backlogSize"],
+        predicate=lambda size: size == 0,
+        message="the acks to empty the backlog",
+    )
+    client.create_producer(topic).send(b"after")
+
+
 def test_producer_exception_refuses_sends_and_new_producers(
     make_broker: Callable[..., Broker],
 ) -> None:
@@ -54,19 +84,17 @@ def test_producer_exception_refuses_sends_and_new_producers(
         sub = client.subscribe(topic, "slow", initial_position=pulsar.InitialPosition.Earliest)
         producer = fill(client, topic)
         set_quota(broker, "producer_exception")
-        poll(lambda: stats(broker, topic)["backlogQuotaExceeded"] == "destination_storage", "check")
+        wait_until_flagged(broker, topic)
         assert stats(broker, topic)["backlogQuotaLimitSize"] == LIMIT
         # The check disconnected the producer; its reconnection is refused, and the client
         # fails the send with the quota error.
-        poll(lambda: not stats(broker, topic)["publishers"], "producers disconnected")
+        wait_until_no_producers(broker, topic)
         with pytest.raises(pulsar.ProducerBlockedQuotaExceededException):
             producer.send(b"more")
         with pytest.raises(pulsar.ProducerBlockedQuotaExceededException):
             client.create_producer(topic)
         # Consumed below the limit: producers are welcome again.
-        assert len(drain(sub)) >= 20
-        poll(lambda: stats(broker, topic)["backlogSize"] == 0, "acks")
-        client.create_producer(topic).send(b"after")
+        assert_welcome_once_drained(broker, client, topic, sub)
     finally:
         client.close()
 
@@ -81,10 +109,10 @@ def test_producer_request_hold_holds_sends_until_the_backlog_drains(
         sub = client.subscribe(topic, "slow", initial_position=pulsar.InitialPosition.Earliest)
         producer = fill(client, topic)
         set_quota(broker, "producer_request_hold")
-        poll(lambda: stats(broker, topic)["backlogQuotaExceeded"] == "destination_storage", "check")
+        wait_until_flagged(broker, topic)
         with pytest.raises(pulsar.ProducerBlockedQuotaExceededError):
             client.create_producer(topic)
-        poll(lambda: not stats(broker, topic)["publishers"], "producers disconnected")
+        wait_until_no_producers(broker, topic)
         # A held send waits, then times out (send_timeout_millis=2000) as Pulsar's clients do.
         started = time.monotonic()
         with pytest.raises(pulsar.Timeout):
@@ -92,9 +120,7 @@ def test_producer_request_hold_holds_sends_until_the_backlog_drains(
         assert time.monotonic() - started >= 1.5
         # Consumed below the limit: a producer is accepted again (the held one reconnects
         # on its own back-off schedule).
-        assert len(drain(sub)) >= 20
-        poll(lambda: stats(broker, topic)["backlogSize"] == 0, "acks")
-        client.create_producer(topic).send(b"after")
+        assert_welcome_once_drained(broker, client, topic, sub)
     finally:
         client.close()
 
@@ -115,7 +141,7 @@ def test_consumer_backlog_eviction_moves_the_slowest_subscription(
         def evicted() -> bool:
             return 0 < stats(broker, topic)["subscriptions"]["slow"]["msgBacklog"] < 20
 
-        poll(evicted, "eviction of the slow subscription")
+        wait_until(evicted, message="eviction of the slow subscription")
         current = stats(broker, topic)
         assert current["backlogSize"] <= LIMIT * 0.9
         assert current["subscriptions"]["slow"]["totalMsgExpired"] == 0  # evicted, not expired

@@ -11,7 +11,7 @@ import json
 import random
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import gevent
@@ -28,8 +28,10 @@ from brokerlet.dispatch.consumer import ConnectionHandle
 from brokerlet.dispatch.options import DispatchOptions
 from brokerlet.dispatch.ratelimit import DispatchRateLimiter
 from brokerlet.testing.rawclient import RawClient
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
 from tests.dispatch_harness import Block, FakeChannel, Harness, Noop
+from tests.tlscerts import tls_listener_address
 
 
 class RecordingLoop(EventLoopActor):
@@ -278,14 +280,6 @@ def consumer_stats(broker: Broker, topic: str, subscription: str) -> dict[str, A
     return result
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        time.sleep(0.005)  # polling the broker's stats from the test thread
-
-
 def settled_consumer_stats(
     broker: Broker, topic: str, subscription: str, timeout: float = 10.0
 ) -> dict[str, Any]:
@@ -349,19 +343,12 @@ def test_a_paused_consumer_socket_stops_dispatch_and_resuming_delivers_everythin
         if gated
         else DispatchOptions(writability_gating=False, read_after_dispatch=True)
     )
-    tls: dict[str, Any] = {}
-    if transport == "tls":
-        tls = {
-            "broker_service_port_tls": 0,
-            "tls_certificate_file_path": pki.broker.cert,
-            "tls_key_file_path": pki.broker.key,
-        }
+    tls = pki.tls_listener() if transport == "tls" else {}
     with Broker(port=0, so_sndbuf=16384, dispatch_options=options, **tls) as broker:
         address = broker.address
         context = None
         if transport == "tls":
-            assert broker.service_url_tls is not None
-            address = (address[0], int(broker.service_url_tls.rsplit(":", 1)[1]))
+            address = tls_listener_address(broker)
             context = pki.client_context()
         with (
             RawClient(address, timeout=10, tls=context) as producer,
@@ -384,7 +371,12 @@ def run_paused_consumer(
         producer.expect(pb.BaseCommand.SEND_RECEIPT)
     consumer.flow(1, PERMITS)  # then never read until resumed
 
-    wait_until(lambda: not consumer_stats(broker, topic, "s")["writable"])
+    wait_until(
+        lambda: consumer_stats(broker, topic, "s"),
+        predicate=lambda consumer: not consumer["writable"],
+        message="the consumer's socket to stop being writable",
+        interval=0.005,
+    )
     at_flip = consumer_stats(broker, topic, "s")
     # The broker gets every chance to keep feeding: wait until dispatch to it settles.
     held = settled_consumer_stats(broker, topic, "s")

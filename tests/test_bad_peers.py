@@ -12,7 +12,7 @@ import logging
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from brokerlet.dispatch.key_shared import NO_KEY_HASH, KeySharedRules
 from brokerlet.keyshared import KeySharedMeta
 from brokerlet.storage.ledger import Entry
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient, make_entry
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import (
     FrameDecoder,
     crc32c,
@@ -49,15 +50,6 @@ def broker() -> Iterator[Broker]:
 
 def disk_broker(data_dir: Path, **overrides: Any) -> Broker:
     return Broker(port=0, storage="disk", data_dir=str(data_dir), **overrides).start()
-
-
-def poll(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    """Wait until ``condition()`` holds, checking every 20 ms; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.02)
 
 
 def with_bad_utf8(command: pb.BaseCommand, placeholder: str) -> bytes:
@@ -311,7 +303,11 @@ def test_connections_over_the_cap_are_closed(key: str) -> None:
         with RawClient(broker.address) as third, pytest.raises((ConnectionClosed, OSError)):
             third.handshake()
         second.close()
-        poll(lambda: broker._server is not None and broker._server.connection_count == 1, "close")
+        wait_until(
+            lambda: broker._server is not None and broker._server.connection_count == 1,
+            message="the closed connection to be dropped",
+            timeout=WAIT,
+        )
         with RawClient(broker.address) as again:
             again.handshake()  # room again
         first.close()
@@ -352,7 +348,11 @@ def test_commands_for_unknown_consumers_are_logged_once_then_counted(
             client.flow(77, 10)
         client.ack(77, [1], 1)
         client.ping()
-    poll(lambda: any("more commands" in m for m in caplog.messages), "the summary at close")
+    wait_until(
+        lambda: any("more commands" in m for m in caplog.messages),
+        message="the summary at close",
+        timeout=WAIT,
+    )
     about = [m for m in caplog.messages if "unknown consumer" in m]
     assert len(about) == 2, about  # the first occurrence, then one line at close
     assert "50 more commands for unknown consumers" in about[1]
@@ -404,7 +404,9 @@ def test_idle_disk_topics_are_closed_not_deleted(tmp_path: Path) -> None:
             client.create_producer(TOPIC, 1)
             client.produce(1, 0, b"kept")
             client.close_producer(1)
-            poll(lambda: TOPIC not in broker.stats(), "the idle topic closed", timeout=4)
+            wait_until(
+                lambda: TOPIC not in broker.stats(), message="the idle topic closed", timeout=4
+            )
             client.subscribe(TOPIC, "later", 1)  # reopened on use, with its data
             client.flow(1, 1)
             assert client.receive(1, 1)[0].payload == b"kept"

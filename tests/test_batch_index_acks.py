@@ -8,8 +8,8 @@ CommandMessage.ack_set and the C++ client skips the members whose bit is clear
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest
@@ -17,6 +17,8 @@ import pytest
 from brokerlet import Broker
 from brokerlet.dispatch.batch_acks import BatchAckFilter, BatchAcks
 from brokerlet.storage.ledger import Entry
+from brokerlet.testing.waiting import wait_until
+from tests.datarules import drain
 
 
 def test_ack_sets_and_until_every_member_is_acked() -> None:
@@ -59,6 +61,18 @@ def test_filter_charges_only_unacked_members() -> None:
     assert [e.num_messages for e in admitted] == [5, 2]
 
 
+def _wait_unacked(broker: Broker, topic: str, count: int, what: str) -> dict[str, Any]:
+    """Wait until the broker counts ``count`` unacked messages on ``sub``: the client groups
+    its acks, so they arrive a while after acknowledge() returns."""
+    sub: dict[str, Any] = wait_until(
+        lambda: broker.topic_stats(topic)["subscriptions"]["sub"],  # type: ignore[index]
+        predicate=lambda sub: sub["unackedMessages"] == count,
+        message=f"{what} (unackedMessages {count})",
+        timeout=5,
+    )
+    return sub
+
+
 def _batch(client: pulsar.Client, topic: str, count: int) -> None:
     producer = client.create_producer(
         topic, batching_enabled=True, batching_max_messages=count, batching_max_publish_delay_ms=500
@@ -90,22 +104,10 @@ def test_a_batch_of_five_with_two_acked_comes_back_as_three(
     consumer.acknowledge(got[1])
     consumer.acknowledge(got[3])
     # The acks are grouped by the client: wait until the broker counts them.
-    deadline = time.monotonic() + 5
-    while True:
-        stats = broker.topic_stats(topic)
-        assert stats is not None
-        if stats["subscriptions"]["sub"]["unackedMessages"] == 3:
-            break
-        assert time.monotonic() < deadline, f"the partial acks never arrived: {stats}"
-        time.sleep(0.02)  # a bounded poll of the broker's stats
+    _wait_unacked(broker, topic, 3, "the partial acks")
     consumer.close()
     consumer = subscribe()
-    again = []
-    while True:
-        try:
-            again.append(consumer.receive(1_000).data())
-        except pulsar.Timeout:
-            break
+    again = [m.data() for m in drain(consumer, wait_ms=1_000, ack=False)]
     assert again == [b"m0", b"m2", b"m4"]
     sub = broker.topic_stats(topic)["subscriptions"]["sub"]  # type: ignore[index]
     assert sub["unackedMessages"] == 3  # the batch counts its three unacked members
@@ -132,22 +134,11 @@ def test_cumulative_ack_inside_a_batch_moves_to_the_entry_before_and_keeps_the_r
     _batch(client, topic, 5)
     got = [consumer.receive(5_000) for _ in range(6)]
     consumer.acknowledge_cumulative(got[3])  # single, m0, m1, m2
-    deadline = time.monotonic() + 5
-    while True:
-        sub = broker.topic_stats(topic)["subscriptions"]["sub"]  # type: ignore[index]
-        if sub["unackedMessages"] == 2:
-            break
-        assert time.monotonic() < deadline, f"the cumulative ack never arrived: {sub}"
-        time.sleep(0.02)  # a bounded poll of the broker's stats
+    sub = _wait_unacked(broker, topic, 2, "the cumulative ack")
     assert sub["markDeletePosition"].endswith(":0")  # the entry before the batch
     consumer.close()
     consumer = subscribe()
-    again = []
-    while True:
-        try:
-            again.append(consumer.receive(1_000).data())
-        except pulsar.Timeout:
-            break
+    again = [m.data() for m in drain(consumer, wait_ms=1_000, ack=False)]
     assert again == [b"m3", b"m4"]
 
 
@@ -171,19 +162,11 @@ def test_partial_acks_survive_a_restart_with_the_cursor(tmp_path: Path) -> None:
         got = [consumer.receive(5_000) for _ in range(5)]
         consumer.acknowledge(got[0])
         consumer.acknowledge(got[4])
-        deadline = time.monotonic() + 5
-        while running.topic_stats(topic)["subscriptions"]["sub"]["unackedMessages"] != 3:  # type: ignore[index]
-            assert time.monotonic() < deadline, "the partial acks never arrived"
-            time.sleep(0.02)  # a bounded poll of the broker's stats
+        _wait_unacked(running, topic, 3, "the partial acks")
         client.close()
     with Broker(port=0, storage="disk", data_dir=str(tmp_path)) as running:
         client = pulsar.Client(running.service_url, operation_timeout_seconds=5)
         consumer = subscribe(client)
-        again = []
-        while True:
-            try:
-                again.append(consumer.receive(1_000).data())
-            except pulsar.Timeout:
-                break
+        again = [m.data() for m in drain(consumer, wait_ms=1_000, ack=False)]
         assert again == [b"m1", b"m2", b"m3"]
         client.close()

@@ -46,6 +46,7 @@ from brokerlet.client.types import (
     normalize_topic,
     parse_service_url,
 )
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import (
     FrameDecoder,
     build_entry,
@@ -96,22 +97,23 @@ def receive_n(consumer: Consumer, count: int, *, ack: bool = True) -> list[Messa
     return messages
 
 
+def wait_queued(consumer: Consumer, count: int) -> None:
+    """Wait until ``count`` messages sit in the consumer's local queue."""
+    wait_until(
+        lambda: len(consumer._queue),
+        predicate=lambda queued: queued == count,
+        message=f"{count} messages in the local queue",
+        timeout=WAIT,
+        interval=0.01,
+    )
+
+
 def nothing_more(consumer: Consumer, wait_ms: int = 150) -> bool:
     try:
         consumer.receive(wait_ms)
     except Timeout:
         return True
     return False
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = WAIT) -> None:
-    """Poll a condition that has no event to wait on (the broker's stats live on another
-    thread), failing the test if it does not hold within ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout} s")
-        gevent.sleep(0.01)
 
 
 class ScriptedBroker:
@@ -508,7 +510,7 @@ def test_redeliver_unacknowledged_drops_the_local_queue(client: Client, topic: s
         producer.send(b"%d" % i)
     taken = receive_n(consumer, 2, ack=False)
     # Wait for the other three to be queued locally, so the redelivery must drop them.
-    wait_until(lambda: len(consumer._queue) == 3)
+    wait_queued(consumer, 3)
 
     consumer.redeliver_unacknowledged_messages()
     again = receive_n(consumer, 5)
@@ -607,7 +609,7 @@ def test_small_receiver_queue_is_refilled(broker: Broker, client: Client, topic:
         return int(stats["subscriptions"]["sub"]["msgOutCounter"])
 
     # Only the queue's worth is pushed ahead of receive(), and the permits are used up.
-    wait_until(lambda: len(consumer._queue) == 5)
+    wait_queued(consumer, 5)
     stats = broker.topic_stats(topic)
     assert stats is not None
     assert stats["subscriptions"]["sub"]["consumers"][0]["availablePermits"] == 0
@@ -655,7 +657,12 @@ def test_producer_and_consumer_reconnect_after_a_broker_restart(topic: str) -> N
         second = Broker(port=port, host=host).start()
         # The subscription is new on the restarted (in-memory) broker: the consumer must be
         # back before the message is sent, or Latest would skip it.
-        wait_until(lambda: consumer.is_connected() and producer.is_connected())
+        wait_until(
+            lambda: consumer.is_connected() and producer.is_connected(),
+            message="the consumer and producer to reconnect",
+            timeout=WAIT,
+            interval=0.01,
+        )
         sent = producer.send(b"after")
         received = consumer.receive(int(WAIT * 1000))
 
@@ -690,14 +697,24 @@ def test_pause_reading_makes_the_broker_see_an_unwritable_consumer(topic: str) -
             producer.send_async(b"%04d" % i + body, lambda error, mid: None)
         producer.flush()
 
-        wait_until(lambda: not consumer_writable())
+        wait_until(
+            lambda: not consumer_writable(),
+            message="the broker to see the paused consumer unwritable",
+            timeout=WAIT,
+            interval=0.01,
+        )
         assert nothing_more(consumer, 100)
 
         consumer.resume_reading()
         messages = receive_n(consumer, 400)
 
         assert [m.data()[:4] for m in messages] == [b"%04d" % i for i in range(400)]
-        wait_until(consumer_writable)
+        wait_until(
+            consumer_writable,
+            message="the broker to see the consumer writable again",
+            timeout=WAIT,
+            interval=0.01,
+        )
     finally:
         reader.close()
         writer.close()

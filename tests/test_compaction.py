@@ -7,9 +7,6 @@ Pulsar: AbstractTwoPhaseCompactor / RawBatchConverter (what is kept), CompactedT
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +21,9 @@ from brokerlet.compaction.runner import run_compaction
 from brokerlet.compaction.view import VIEW_FILE, CompactedView, CorruptViewError, load_view
 from brokerlet.storage import DiskStorage, Entry, MemoryLedger, NewEntry
 from brokerlet.storage._io import FileOps
+from brokerlet.testing.process import BrokerletProcess
 from brokerlet.testing.rawclient import RawClient
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import (
     build_entry,
     crc32c,
@@ -33,7 +32,7 @@ from brokerlet.transport.protocol import (
     split_batch,
     unpack_entry,
 )
-from tests.datarules import admin, broker_factory, client_for, drain, poll, stats
+from tests.datarules import admin, broker_factory, client_for, drain, stats
 
 make_broker = pytest.fixture(params=["memory", "disk"])(broker_factory)
 
@@ -231,7 +230,11 @@ def test_the_codec_reads_the_official_clients_batches(tmp_path: Path) -> None:
 def compact_now(broker: Broker, topic: str) -> None:
     path = f"persistent/{topic.removeprefix('persistent://')}/compaction"
     assert admin(broker, "PUT", path).status_code == 204
-    poll(lambda: admin(broker, "GET", path).json()["status"] != "RUNNING", "compaction")
+    wait_until(
+        lambda: admin(broker, "GET", path).json()["status"],
+        predicate=lambda value: value != "RUNNING",
+        message="compaction",
+    )
     assert admin(broker, "GET", path).json() == {"status": "SUCCESS", "lastError": ""}
 
 
@@ -313,7 +316,11 @@ def test_compacted_reader_and_table_view_see_the_latest_value_per_key(
         assert table_view(client, topic) == expected
         # Retention trims the raw topic once consumed; the compacted view stays.
         assert len(drain(sub)) == 83 + 2
-        poll(lambda: stats(broker, topic)["firstEntryId"] > 20, "retention of the raw topic")
+        wait_until(
+            lambda: stats(broker, topic)["firstEntryId"],
+            predicate=lambda value: value > 20,
+            message="retention of the raw topic",
+        )
         compact_now(broker, topic)
         assert table_view(client, topic) == expected
         assert stats(broker, topic)["compaction"]["lastCompactionSucceedTimestamp"] > 0
@@ -377,7 +384,11 @@ def test_the_threshold_triggers_compaction(make_broker: Callable[..., Broker]) -
         for index in range(50):
             producer.send(b"x" * 100, partition_key=f"k{index % 4}")
         path = "persistent/public/default/threshold/compaction"
-        poll(lambda: admin(broker, "GET", path).json()["status"] == "SUCCESS", "auto compaction")
+        wait_until(
+            lambda: admin(broker, "GET", path).json()["status"],
+            predicate=lambda value: value == "SUCCESS",
+            message="auto compaction",
+        )
         assert len(read_compacted(client, topic)) == 4
     finally:
         client.close()
@@ -386,44 +397,18 @@ def test_the_threshold_triggers_compaction(make_broker: Callable[..., Broker]) -
 # A real crash of `brokerlet serve` while compactions run.
 
 
-def start_serve(data_dir: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "brokerlet",
-            "serve",
-            "--port",
-            "0",
-            "--data-dir",
-            str(data_dir),
-            "--web-service-enabled",
-            "false",
-            "--log-level",
-            "WARNING",
-            *flags,
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert "ready on pulsar://" in line, line
-    return process, line.split("ready on ", 1)[1].strip()
-
-
 def test_compaction_survives_sigkill_mid_way(tmp_path: Path) -> None:
     topic = "persistent://public/default/killed"
-    process, url = start_serve(
-        tmp_path,
+    latest: dict[str, bytes] = {}
+    compacting = (
         "--broker-service-compaction-threshold-in-bytes",
         "1",
         "--broker-service-compaction-monitor-interval-in-seconds",
         "0.02",
     )
-    latest: dict[str, bytes] = {}
-    try:
-        client = pulsar.Client(url, operation_timeout_seconds=5)
+    with BrokerletProcess(compacting, data_dir=tmp_path) as broker:
+        broker.start()
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=5)
         producer = client.create_producer(topic, batching_enabled=False)
         end = time.monotonic() + 1.5
         index = 0
@@ -432,21 +417,14 @@ def test_compaction_survives_sigkill_mid_way(tmp_path: Path) -> None:
             producer.send(value, partition_key=key)
             latest[key] = value
             index += 1
-        process.send_signal(signal.SIGKILL)
-        process.wait(5)
+        broker.kill()  # SIGKILL
         client.close()
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert (tmp_path / "topics").exists()
-    process, url = start_serve(tmp_path)
-    try:
-        client = pulsar.Client(url, operation_timeout_seconds=5)
+    with BrokerletProcess(data_dir=tmp_path) as broker:
+        broker.start()
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=5)
         assert read_compacted(client, topic) == latest
         client.close()
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(10)
 
 
 def test_a_running_compaction_keeps_its_topic_open(tmp_path: Path) -> None:
@@ -471,7 +449,12 @@ def test_a_running_compaction_keeps_its_topic_open(tmp_path: Path) -> None:
         path = "persistent/public/default/idle-while-compacting/compaction"
         assert admin(broker, "PUT", path).status_code == 204
         assert admin(broker, "GET", path).json()["status"] == "RUNNING"
-        poll(lambda: admin(broker, "GET", path).json()["status"] != "RUNNING", "end", 30)
+        wait_until(
+            lambda: admin(broker, "GET", path).json()["status"],
+            predicate=lambda value: value != "RUNNING",
+            message="end",
+            timeout=30,
+        )
         assert admin(broker, "GET", path).json() == {"status": "SUCCESS", "lastError": ""}
         assert len(read_compacted(client, topic)) == 10
     finally:

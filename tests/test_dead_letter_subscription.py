@@ -8,12 +8,11 @@ later.
 
 from __future__ import annotations
 
-import time
-
 import pulsar
 import pytest
 
 from brokerlet import Broker
+from brokerlet.testing.waiting import wait_until
 
 
 @pytest.mark.official
@@ -32,16 +31,17 @@ def test_dead_letters_wait_for_a_later_subscriber(
     )
     producer = client.create_producer(topic, batching_enabled=False)
     producer.send(b"poison")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def dead_lettered() -> bool:
         try:
             message = consumer.receive(500)
-        except pulsar.Timeout:
+        except pulsar.Timeout:  # redeliveries are over: has the DLQ producer sent it?
             stats = broker.topic_stats(dlq)
-            if stats is not None and stats["msgInCounter"] >= 1:
-                break
-            continue
+            return stats is not None and stats["msgInCounter"] >= 1
         consumer.negative_acknowledge(message)
+        return False
+
+    wait_until(dead_lettered, message="the poison message on the dead-letter topic")
     stats = broker.topic_stats(dlq)
     assert stats is not None, "the dead-letter producer never came"
     assert "dlq-sub" in stats["subscriptions"], "initial_subscription_name was not created"

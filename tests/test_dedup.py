@@ -3,11 +3,7 @@ raw frames, and with the official client across reconnects, restarts and a SIGKI
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import pulsar
@@ -16,8 +12,11 @@ import requests
 
 from brokerlet import Broker
 from brokerlet.producers.dedup import Deduplication, Verdict
+from brokerlet.testing.process import BrokerletProcess
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
+from tests.datarules import drain
 from tests.producer_frames import raw_producer, send_frame
 
 T = pb.BaseCommand
@@ -167,12 +166,7 @@ def test_resending_stores_nothing_new_and_last_sequence_id_follows(
         producer.send(b"m%d" % sequence, sequence_id=sequence)  # answered, not stored
     producer.send(b"m10", sequence_id=10)
     consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
-    got = []
-    while True:
-        try:
-            got.append(consumer.receive(500).data())
-        except pulsar.Timeout:
-            break
+    got = [m.data() for m in drain(consumer, wait_ms=500, ack=False)]
     assert got == [b"m%d" % i for i in range(11)]
     producer.close()
 
@@ -194,12 +188,7 @@ def test_last_sequence_id_and_dedup_survive_a_restart(tmp_path: Path) -> None:
         for sequence in range(15, 20):
             producer.send(b"m%d" % sequence, sequence_id=sequence)
         consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
-        got = []
-        while True:
-            try:
-                got.append(consumer.receive(500).data())
-            except pulsar.Timeout:
-                break
+        got = [m.data() for m in drain(consumer, wait_ms=500, ack=False)]
         assert got == [b"m%d" % i for i in range(20)]
         client.close()
 
@@ -207,34 +196,7 @@ def test_last_sequence_id_and_dedup_survive_a_restart(tmp_path: Path) -> None:
 # A SIGKILL under load, producers resending after it.
 
 
-def start_broker_process(data_dir: Path) -> tuple[subprocess.Popen[str], tuple[str, int]]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "brokerlet",
-            "serve",
-            "--port",
-            "0",
-            "--data-dir",
-            str(data_dir),
-            "--web-service-enabled",
-            "false",
-            "--log-level",
-            "WARNING",
-            "--broker-deduplication-enabled",
-            "true",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert "ready on pulsar://" in line, line
-    host, port = line.rsplit("//", 1)[1].strip().split(":")
-    return process, (host, int(port))
-
-
+DEDUP = ("--broker-deduplication-enabled", "true")
 KILL_TOPIC = "persistent://public/default/dedup-kill"
 
 
@@ -252,30 +214,31 @@ def produce_until_killed(address: tuple[str, int], name: str, receipted: list[in
 
 def test_sigkill_with_dedup_loses_nothing_receipted_and_stores_no_resend(tmp_path: Path) -> None:
     names = ["k0", "k1", "k2"]
-    process, address = start_broker_process(tmp_path)
     receipted: dict[str, list[int]] = {name: [] for name in names}
-    try:
+    with BrokerletProcess(DEDUP, data_dir=tmp_path) as broker:
+        broker.start()
         threads = [
-            threading.Thread(target=produce_until_killed, args=(address, n, receipted[n]))
+            threading.Thread(target=produce_until_killed, args=(broker.address, n, receipted[n]))
             for n in names
         ]
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + 20
-        while min(map(len, receipted.values())) < 300 and time.monotonic() < deadline:
-            time.sleep(0.01)  # a bounded poll on progress, not a synchronisation
-        process.send_signal(signal.SIGKILL)
-        process.wait(5)
-        for thread in threads:
-            thread.join(10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert min(map(len, receipted.values())) >= 300, "producers made too little progress"
+        try:
+            wait_until(
+                lambda: [len(receipts) for receipts in receipted.values()],
+                predicate=lambda counts: min(counts) >= 300,
+                message="300 receipts for every producer",
+                timeout=20,
+                interval=0.01,
+            )
+        finally:
+            broker.kill()  # SIGKILL
+            for thread in threads:
+                thread.join(10)
 
-    process, address = start_broker_process(tmp_path)
-    try:
-        with RawClient(address, timeout=10) as client:
+    with BrokerletProcess(DEDUP, data_dir=tmp_path) as broker:
+        broker.start()
+        with RawClient(broker.address, timeout=10) as client:
             client.handshake()
             for index, name in enumerate(names, start=1):
                 answer = raw_producer(client, KILL_TOPIC, index, name)
@@ -298,9 +261,7 @@ def test_sigkill_with_dedup_loses_nothing_receipted_and_stores_no_resend(tmp_pat
                     payloads.extend(m.payload for m in client.receive(99, 1, timeout=1.0))
                 except TimeoutError:
                     break
-    finally:
-        process.kill()
-        process.wait(5)
+        broker.kill()
     assert len(payloads) == len(set(payloads)), "a resent message was stored twice"
     for name in names:
         stored = {p for p in payloads if p.startswith(f"{name}-".encode())}

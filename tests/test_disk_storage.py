@@ -38,6 +38,7 @@ from brokerlet.storage import (
     SyncPolicy,
 )
 from brokerlet.storage._records import RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import crc32c
 
 TOPIC = "persistent://public/default/orders"
@@ -98,16 +99,6 @@ def read_all(ledger: DiskLedger) -> list[Entry]:
         entries.extend(chunk)
         position = chunk[-1].entry_id + 1
     return entries
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = WAIT) -> bool:
-    """Let the hub run until ``condition`` holds (for state set on another thread)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        gevent.sleep(0.002)
-    return True
 
 
 def segment_files(data_dir: Path) -> list[Path]:
@@ -352,7 +343,8 @@ def test_interval_policy_acknowledges_before_the_sync(
         append(ledger, [b"acknowledged once written"])  # returns although syncs are held
     finally:
         hold.set()
-    assert wait_until(lambda: ops.syncs > syncs)  # and the periodic sync follows
+    # and the periodic sync follows
+    wait_until(lambda: ops.syncs > syncs, message="the periodic sync", timeout=WAIT, interval=0.002)
 
 
 def test_never_policy_does_not_sync_appends(
@@ -559,7 +551,13 @@ def test_cursor_saves_are_batched_within_the_delay(
     for mark_delete in range(100):
         cursors.save("sub", mark_delete, [mark_delete + 2])
     assert cursor_writes() == 0  # nothing written on the caller's stack
-    assert wait_until(lambda: cursor_writes() >= 1)
+    wait_until(
+        cursor_writes,
+        predicate=lambda n: n >= 1,
+        message="the cursors write",
+        timeout=WAIT,
+        interval=0.002,
+    )
     assert time.monotonic() - saved_at < 2.0
     cursors.flush()  # nothing is pending any more, so this waits without writing
     assert cursor_writes() == 1

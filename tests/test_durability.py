@@ -20,7 +20,9 @@ from brokerlet.storage import FileOps, StorageError
 from brokerlet.storage._cursors import load_cursors
 from brokerlet.testing.process import BrokerletProcess
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
+from tests.datarules import drain
 
 TOPIC = "persistent://public/default/durable"
 T = pb.BaseCommand
@@ -34,17 +36,6 @@ def client_for(broker: Broker) -> pulsar.Client:
     quiet = logging.getLogger("tests.pulsar-client")
     quiet.setLevel(logging.WARNING)
     return pulsar.Client(broker.service_url, operation_timeout_seconds=5, logger=quiet)
-
-
-def drain(consumer: pulsar.Consumer, wait_ms: int = 500) -> list[pulsar.Message]:
-    got = []
-    while True:
-        try:
-            message = consumer.receive(wait_ms)
-        except pulsar.Timeout:
-            return got
-        got.append(message)
-        consumer.acknowledge(message)
 
 
 @pytest.mark.official
@@ -64,7 +55,7 @@ def test_restart_redelivers_unacked_keeps_acked_and_continues_ids(tmp_path: Path
         producer = client.create_producer(TOPIC, batching_enabled=False)
         new = producer.send(b"after restart")
         assert (new.ledger_id(), new.entry_id()) == (ids[0].ledger_id(), 10)
-        rest = [m.data() for m in drain(consumer)]
+        rest = [m.data() for m in drain(consumer, wait_ms=500)]
         assert rest == [f"m{i}".encode() for i in range(4, 10)] + [b"after restart"]
         client.close()
 
@@ -274,10 +265,13 @@ def test_retention_frees_disk_once_every_subscription_acked(tmp_path: Path) -> N
         client.handshake()
         client.subscribe(TOPIC, "only", 1)
         before = store_then_ack_all(client, [b"x" * 1024] * 200, tmp_path)
-        deadline = time.monotonic() + 5
-        while topic_bytes(tmp_path) > before // 4 and time.monotonic() < deadline:
-            time.sleep(0.02)  # segments are deleted on the storage thread
-        after = topic_bytes(tmp_path)
+        # Segments are deleted on the storage thread.
+        after = wait_until(
+            lambda: topic_bytes(tmp_path),
+            predicate=lambda size: size < before // 4,
+            message="the acknowledged segments deleted",
+            timeout=5,
+        )
     assert before > 150_000
     assert after < before // 4, (before, after)
 

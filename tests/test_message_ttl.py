@@ -16,8 +16,9 @@ import pytest
 from brokerlet import Broker
 from brokerlet.storage import MemoryLedger, NewEntry
 from brokerlet.storage.expiry import newest_published_before
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
-from tests.datarules import admin, await_passes, broker_factory, client_for, drain, poll, stats
+from tests.datarules import admin, await_passes, broker_factory, client_for, drain, stats
 
 make_broker = pytest.fixture(params=["memory", "disk"])(broker_factory)
 
@@ -74,7 +75,7 @@ def test_ttl_acknowledges_old_messages_on_every_subscription(
             subs = stats(broker, topic)["subscriptions"]
             return all(subs[n]["msgBacklog"] == 0 for n in ("connected", "idle"))
 
-        poll(expired, "TTL expiry on both subscriptions", timeout=15)
+        wait_until(expired, message="TTL expiry on both subscriptions", timeout=15)
         for name in ("connected", "idle"):
             sub = sub_stats(broker, topic, name)
             assert sub["totalMsgExpired"] == 10, sub
@@ -102,10 +103,14 @@ def test_namespace_message_ttl_overrides_the_broker_default(
         sent = time.monotonic()
         # Older than the TTL set next, with several expiry passes meanwhile under no TTL at all.
         await_passes(broker, "expiry", 3)
-        poll(lambda: time.monotonic() - sent > 1.5, "the messages to age past 1.5 s")
+        wait_until(lambda: time.monotonic() - sent > 1.5, message="the messages to age past 1.5 s")
         assert sub_stats(broker, topic, "sub")["msgBacklog"] == 5  # broker default: no TTL
         assert admin(broker, "POST", "namespaces/public/default/messageTTL", 1).status_code == 204
-        poll(lambda: sub_stats(broker, topic, "sub")["msgBacklog"] == 0, "namespace TTL")
+        wait_until(
+            lambda: sub_stats(broker, topic, "sub")["msgBacklog"],
+            predicate=lambda value: value == 0,
+            message="namespace TTL",
+        )
         assert sub_stats(broker, topic, "sub")["totalMsgExpired"] == 5
         sub.close()
     finally:

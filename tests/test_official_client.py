@@ -12,6 +12,7 @@ import pulsar
 import pytest
 
 from brokerlet import Broker
+from brokerlet.testing.waiting import wait_until
 
 pytestmark = pytest.mark.official
 
@@ -101,14 +102,21 @@ def wait_for_subscription(
     broker: Broker, topic: str, subscription: str, **expected: int
 ) -> dict[str, object]:
     """Poll the stats until ``subscription`` shows ``expected``; fail saying what it shows."""
-    deadline = time.monotonic() + 10
-    while True:
+
+    def current() -> dict[str, object] | None:
         stats = broker.topic_stats(topic)
-        sub = (stats or {}).get("subscriptions", {}).get(subscription)
-        if sub is not None and all(sub.get(name) == value for name, value in expected.items()):
-            return dict(sub)
-        assert time.monotonic() < deadline, f"{subscription} never showed {expected}: {sub}"
-        time.sleep(0.02)  # bounded poll of the stats snapshot
+        sub: dict[str, object] | None = (stats or {}).get("subscriptions", {}).get(subscription)
+        return sub
+
+    sub = wait_until(
+        current,
+        predicate=lambda sub: (
+            sub is not None and all(sub.get(name) == value for name, value in expected.items())
+        ),
+        message=f"{subscription} to show {expected}",
+    )
+    assert sub is not None
+    return dict(sub)
 
 
 def test_batched_producer_entries_carry_batch_indexes(

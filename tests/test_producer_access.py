@@ -14,6 +14,7 @@ import pytest
 
 from brokerlet import Broker
 from brokerlet.testing.rawclient import RawClient
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
 from tests.producer_frames import raw_producer
 
@@ -81,14 +82,15 @@ def test_exclusive_with_fencing_fences_the_first_whose_next_send_fails(
         topic, access_mode=Mode.ExclusiveWithFencing, batching_enabled=False
     )
     second.send(b"taker")
-    deadline = time.monotonic() + 10
-    failure: Exception | None = None
-    while time.monotonic() < deadline:
+
+    def send_failure() -> Exception | None:
         try:
             first.send(b"after fencing")
         except pulsar.PulsarException as error:
-            failure = error
-            break
+            return error
+        return None
+
+    failure = wait_until(send_failure, message="a send of the fenced producer to fail")
     assert isinstance(failure, pulsar.ProducerFenced), failure
     stats = broker.topic_stats(topic)
     assert stats is not None

@@ -12,7 +12,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +23,7 @@ from brokerlet.actors._runtime import GeventActor
 from brokerlet.config import load_settings
 from brokerlet.dispatch.key_shared import entry_key_hash
 from brokerlet.testing.rawclient import RawClient
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
 from tests.dispatch_harness import Harness, make_keyed_entry
 
@@ -49,15 +49,6 @@ def subscription_stats(broker: Broker, topic: str, subscription: str) -> dict[st
     assert stats is not None, f"no topic {topic}"
     sub: dict[str, Any] = stats["subscriptions"][subscription]
     return sub
-
-
-def poll(condition: Any, what: str, timeout: float = 10.0) -> Any:
-    """Poll ``condition()`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)  # bounded poll of state on the broker's thread
-    return result
 
 
 # Failover: the lowest priority level, then the lowest consumer name, is active.
@@ -200,7 +191,11 @@ def test_key_shared_look_ahead_stops_at_the_replay_thresholds(
             assert h.sent_to(free) == [], "normal reads went on past the replay threshold"
             assert replay == limit
         stuck.flow(100)  # the replay set drains, and reads resume
-        poll(lambda: (h.settle(), len(h.sent_to(free)) == 5)[1], "the free consumer's keys")
+        wait_until(
+            lambda: (h.settle(), len(h.sent_to(free)))[1],
+            predicate=lambda sent: sent == 5,
+            message="the free consumer's keys",
+        )
         assert h.sent_to(stuck) == list(range(10))
     finally:
         h.stop()
@@ -370,7 +365,7 @@ def test_stats_report_rates_backlog_unacked_blocked_and_hash_ranges() -> None:
                 (consumer,) = sub["consumers"]
                 return sub if consumer["blockedConsumerOnUnackedMsgs"] else None
 
-            sub = poll(blocked, "the shared consumer to block at 5 unacked")
+            sub = wait_until(blocked, message="the shared consumer to block at 5 unacked")
             (consumer,) = sub["consumers"]
             assert consumer["unackedMessages"] == 5
             assert sub["unackedMessages"] == 5
@@ -384,7 +379,7 @@ def test_stats_report_rates_backlog_unacked_blocked_and_hash_ranges() -> None:
                     return None
                 return stats if stats["subscriptions"]["shared"]["msgRateOut"] > 0 else None
 
-            stats = poll(rates_shown, "non-zero msgRateIn and msgRateOut", timeout=5)
+            stats = wait_until(rates_shown, message="non-zero msgRateIn and msgRateOut", timeout=5)
             assert stats["msgInCounter"] == 20
             assert 0 < stats["msgRateIn"] <= 20 / 0.9
 

@@ -22,7 +22,8 @@ from brokerlet.storage.retention import (
     SegmentInfo,
     segments_to_drop,
 )
-from tests.datarules import MIB, admin, await_passes, broker_factory, client_for, drain, poll, stats
+from brokerlet.testing.waiting import wait_until
+from tests.datarules import MIB, admin, await_passes, broker_factory, client_for, drain, stats
 
 
 def seg(first: int, last: int, size: int = 100, stored_ms: int = 0) -> SegmentInfo:
@@ -106,7 +107,11 @@ def test_a_late_subscription_from_earliest_sees_what_another_acked(
         for index in range(50):
             producer.send(f"m{index}".encode())
         assert len(drain(first)) == 50
-        poll(lambda: stats(broker, topic)["subscriptions"]["first"]["msgBacklog"] == 0, "acks")
+        wait_until(
+            lambda: stats(broker, topic)["subscriptions"]["first"]["msgBacklog"],
+            predicate=lambda value: value == 0,
+            message="acks",
+        )
         late = client.subscribe(topic, "late", initial_position=pulsar.InitialPosition.Earliest)
         assert [m.data() for m in drain(late)] == [f"m{i}".encode() for i in range(50)]
         reader = client.create_reader(topic, pulsar.MessageId.earliest)
@@ -133,7 +138,11 @@ def test_consumed_segments_go_with_default_retention_but_the_open_one_stays(
             producer.send(bytes([index]) * 500)
         before = stats(broker, topic)["storageSize"]
         assert len(drain(sub)) == 60
-        poll(lambda: stats(broker, topic)["storageSize"] < before // 4, "segments deleted")
+        wait_until(
+            lambda: stats(broker, topic)["storageSize"],
+            predicate=lambda value: value < before // 4,
+            message="segments deleted",
+        )
         current = stats(broker, topic)
         assert current["backlogSize"] == 0
         first = current["firstEntryId"]
@@ -172,7 +181,11 @@ def test_namespace_infinite_retention_keeps_consumed_data(
         assert len(drain(late)) == 60
         # Back to "delete once consumed": the next pass frees the consumed segments.
         assert set_retention(broker, 0, 0).status_code == 204
-        poll(lambda: stats(broker, topic)["storageSize"] < size // 4, "retention pass")
+        wait_until(
+            lambda: stats(broker, topic)["storageSize"],
+            predicate=lambda value: value < size // 4,
+            message="retention pass",
+        )
     finally:
         client.close()
 
@@ -197,7 +210,11 @@ def test_size_retention_keeps_about_the_limit(make_broker: Callable[..., Broker]
         # Unconsumed: nothing goes whatever the size.
         assert stats(broker, topic)["storageSize"] > 3 * MIB
         assert len(drain(sub, wait_ms=500)) == 400
-        poll(lambda: stats(broker, topic)["storageSize"] <= MIB + 64 * 1024 + 8192, "size trim")
+        wait_until(
+            lambda: stats(broker, topic)["storageSize"],
+            predicate=lambda value: value <= MIB + 64 * 1024 + 8192,
+            message="size trim",
+        )
         # Pulsar drops a segment while the size *before* dropping it is over the limit, so
         # at most one segment's worth under it may remain.
         assert stats(broker, topic)["storageSize"] >= MIB - 64 * 1024 - 8192

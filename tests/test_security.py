@@ -26,9 +26,10 @@ from passlib.hash import apr_md5_crypt, des_crypt
 
 from brokerlet import Broker
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
 from tests.test_bad_input import LogWatch
-from tests.tlscerts import Pki
+from tests.tlscerts import Pki, tls_listener_address
 
 CONF = Path(__file__).parent / "security" / "standalone.conf"
 PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProvider"
@@ -424,18 +425,12 @@ def test_official_clients_with_protocol_mismatches_fail_and_others_carry_on(
 
 
 def test_a_stalled_tls_handshake_is_closed_after_the_timeout(pki: Pki, log_watch: LogWatch) -> None:
-    with Broker(
-        port=0,
-        broker_service_port_tls=0,
-        tls_certificate_file_path=pki.broker.cert,
-        tls_key_file_path=pki.broker.key,
-        tls_handshake_timeout_seconds=0.3,
-    ) as broker:
-        assert broker.service_url_tls is not None
-        port = int(broker.service_url_tls.rsplit(":", 1)[1])
-        with RawClient(("127.0.0.1", port), timeout=TIMEOUT) as silent:
-            assert silent.wait_closed(TIMEOUT) == []  # it never sent a ClientHello
-            log_watch.assert_logged(logging.WARNING, silent.peer, "handshake not done in 0.3 s")
+    with (
+        Broker(port=0, tls_handshake_timeout_seconds=0.3, **pki.tls_listener()) as broker,
+        RawClient(tls_listener_address(broker), timeout=TIMEOUT) as silent,
+    ):
+        assert silent.wait_closed(TIMEOUT) == []  # it never sent a ClientHello
+        log_watch.assert_logged(logging.WARNING, silent.peer, "handshake not done in 0.3 s")
 
 
 # Lookups.
@@ -474,14 +469,20 @@ def test_lookup_answers_the_tls_url_to_tls_clients(secured: Secured) -> None:
 
 def wait_logged(watch: LogWatch, level: int, *fragments: str, timeout: float = 10) -> None:
     """Like LogWatch.assert_logged, for events seconds away (a token's expiry)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def missing() -> str | None:
         try:
             watch.assert_logged(level, *fragments)
-            return
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
+        except AssertionError as error:
+            return str(error)  # what was logged instead, shown if the wait fails
+        return None
+
+    wait_until(
+        missing,
+        predicate=lambda error: error is None,
+        message=f"a log line with {fragments}",
+        timeout=timeout,
+    )
 
 
 def test_an_expiring_token_is_refreshed_through_auth_challenge(

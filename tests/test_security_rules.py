@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import ssl
-import time
 from pathlib import Path
 
 import jwt
@@ -23,8 +22,9 @@ from brokerlet.security.authorization import (
 from brokerlet.security.http import RouteRefused, admin_guard, check_route
 from brokerlet.security.service import Security
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.tls import server_context
-from tests.tlscerts import Pki
+from tests.tlscerts import Pki, tls_listener_address
 
 PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProvider"
 SECRET = b"k" * 32
@@ -147,14 +147,11 @@ def test_tls_settings_errors(pki: Pki) -> None:
 def test_a_required_client_certificate_is_enforced_at_the_handshake(pki: Pki) -> None:
     with Broker(
         port=0,
-        broker_service_port_tls=0,
-        tls_certificate_file_path=pki.broker.cert,
-        tls_key_file_path=pki.broker.key,
         tls_trust_certs_file_path=pki.ca,
         tls_require_trusted_client_cert_on_connect=True,
+        **pki.tls_listener(),
     ) as broker:
-        assert broker.service_url_tls is not None
-        address = ("127.0.0.1", int(broker.service_url_tls.rsplit(":", 1)[1]))
+        address = tls_listener_address(broker)
         with RawClient(address, tls=pki.client_context(pki.client)) as trusted:
             trusted.handshake()
         with (
@@ -199,30 +196,25 @@ def test_pulsar_shaped_documents_serve_as_a_policy_store() -> None:
 
 
 def test_the_connection_caps_count_the_tls_listener_too(pki: Pki) -> None:
-    with Broker(
-        port=0,
-        broker_service_port_tls=0,
-        tls_certificate_file_path=pki.broker.cert,
-        tls_key_file_path=pki.broker.key,
-        broker_max_connections=1,
-    ) as broker:
-        assert broker.service_url_tls is not None
-        tls_address = ("127.0.0.1", int(broker.service_url_tls.rsplit(":", 1)[1]))
+    with Broker(port=0, broker_max_connections=1, **pki.tls_listener()) as broker:
+        listener = tls_listener_address(broker)
         with RawClient(broker.address) as first:
             first.handshake()
             with pytest.raises((ssl.SSLError, OSError, ConnectionClosed)):  # noqa: PT012
-                refused = RawClient(tls_address, tls=pki.client_context(), timeout=3)
+                refused = RawClient(listener, tls=pki.client_context(), timeout=3)
                 refused.handshake()
             first.ping()  # the first connection is untouched
+
         # The slot frees once the broker has seen the close: a bounded poll, not a sleep.
-        deadline = time.monotonic() + 5
-        while True:
+        def accepted() -> bool:
             try:
-                with RawClient(tls_address, tls=pki.client_context()) as later:
+                with RawClient(listener, tls=pki.client_context()) as later:
                     later.handshake()
-                break
             except (ssl.SSLError, OSError, ConnectionClosed):
-                assert time.monotonic() < deadline, "the TLS listener never accepted again"
+                return False
+            return True
+
+        wait_until(accepted, message="the TLS listener to accept again", timeout=5)
 
 
 def test_the_admin_guard_sets_the_role_and_applies_route_levels() -> None:

@@ -10,13 +10,9 @@ CLOSE_CONSUMER), and clients reconnect.
 from __future__ import annotations
 
 import itertools
-import os
-import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +25,9 @@ import requests
 from brokerlet import Broker, Client
 from brokerlet.metadata import TopicName
 from brokerlet.metadata.topics import exists
+from brokerlet.testing.process import BrokerletProcess
 from brokerlet.testing.rawclient import RawClient
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
 
 T = pb.BaseCommand
@@ -114,14 +112,14 @@ def test_official_clients_reconnect_after_a_forced_delete(broker: Broker, web: s
         assert requests.delete(f"{web}/admin/v2/persistent/{local}?force=true", timeout=10).ok
 
         # Both reconnect; auto-creation brings the (new, empty) topic back.
-        end = time.monotonic() + 15
-        received = None
-        while received is None and time.monotonic() < end:
+        def resent() -> bytes | None:
             producer.send(b"after")
             try:
-                received = consumer.receive(500).data()
+                return bytes(consumer.receive(500).data())
             except pulsar.Timeout:
-                continue
+                return None
+
+        received = wait_until(resent, message="a message through the recreated topic", timeout=15)
         assert received == b"after"
     finally:
         client.close()
@@ -242,58 +240,19 @@ def test_partitioned_metadata_and_lookup_refusals_on_the_wire(broker: Broker) ->
 # Restart.
 
 
-def _serve(data_dir: Path, port: int) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "brokerlet",
-            "serve",
-            "--port",
-            "0",
-            "--web-service-port",
-            str(port),
-            "--data-dir",
-            str(data_dir),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+def _serve(data_dir: Path) -> BrokerletProcess:
+    broker = BrokerletProcess(web_service=True, data_dir=data_dir)
+    broker.stop_signal = signal.SIGTERM  # as a service manager stops it
+    return broker
 
 
-def _web_url(process: subprocess.Popen[str]) -> str:
-    assert process.stdout is not None
-    end = time.monotonic() + 20
-    seen = []
-    while time.monotonic() < end:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        match = re.search(r"brokerlet stats on (http://\S+)", line)
-        if match:
-            # Keep draining the pipe so the broker never blocks on a full one.
-            threading.Thread(target=process.stdout.read, daemon=True).start()
-            return match.group(1)
-    process.kill()
-    raise AssertionError(f"brokerlet serve did not start: {''.join(seen)[-2000:]}")
-
-
-def _stop(process: subprocess.Popen[str]) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        assert process.wait(15) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
+def _stop(broker: BrokerletProcess) -> None:
+    assert broker.stop(15) == 0, broker.log_tail()  # a clean exit
 
 
 def test_metadata_survives_a_restart_of_brokerlet_serve(tmp_path: Path) -> None:
-    first = _serve(tmp_path, 0)
-    try:
-        web = _web_url(first)
+    with _serve(tmp_path) as first:
+        web = first.start().stats_url
         assert requests.put(f"{web}/admin/v2/tenants/acme", json={}, timeout=10).status_code == 204
         assert requests.put(f"{web}/admin/v2/namespaces/acme/app", timeout=10).status_code == 204
         requests.post(f"{web}/admin/v2/namespaces/acme/app/messageTTL", json=90, timeout=10)
@@ -301,18 +260,15 @@ def test_metadata_survives_a_restart_of_brokerlet_serve(tmp_path: Path) -> None:
             f"{web}/admin/v2/persistent/acme/app/jobs/partitions", json=3, timeout=10
         )
         assert put.status_code == 204
-    finally:
         _stop(first)
 
-    second = _serve(tmp_path, 0)
-    try:
-        web = _web_url(second)
+    with _serve(tmp_path) as second:
+        web = second.start().stats_url
         assert "acme" in requests.get(f"{web}/admin/v2/tenants", timeout=10).json()
         ttl = requests.get(f"{web}/admin/v2/namespaces/acme/app/messageTTL", timeout=10).json()
         partitions = requests.get(
             f"{web}/admin/v2/persistent/acme/app/jobs/partitions", timeout=10
         ).json()
-    finally:
         _stop(second)
 
     assert ttl == 90
@@ -320,17 +276,20 @@ def test_metadata_survives_a_restart_of_brokerlet_serve(tmp_path: Path) -> None:
 
 
 def test_a_corrupt_metadata_file_stops_brokerlet_serve(tmp_path: Path) -> None:
-    first = _serve(tmp_path, 0)
-    _web_url(first)
-    _stop(first)
+    with _serve(tmp_path) as first:
+        first.start()
+        _stop(first)
     (tmp_path / "metadata.db").write_bytes(b"garbage" * 1000)
     for extra in ("metadata.db-wal", "metadata.db-shm"):
         (tmp_path / extra).unlink(missing_ok=True)
 
-    second = _serve(tmp_path, 0)
-    output, _ = second.communicate(timeout=20)
+    with _serve(tmp_path) as second:
+        with pytest.raises(RuntimeError, match="did not become ready"):
+            second.start(timeout=20)
+        exit_code = second.stop()
+        output = second.log_tail()
 
-    assert second.returncode != 0
+    assert exit_code != 0
     assert "brokerlet: cannot use the metadata store" in output
     assert "corrupt" in output
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,6 +25,7 @@ from brokerlet.actors.broker import CloseIdleTopics
 from brokerlet.admin.rest import AdminApp, AdminContext
 from brokerlet.admin.routes import all_routes
 from brokerlet.testing.rawclient import RawClient
+from brokerlet.testing.waiting import wait_until
 from brokerlet.topicops import TopicOpError
 from brokerlet.transport.protocol import PROTOCOL_VERSION, pb
 
@@ -64,14 +65,6 @@ def stats(broker: Broker, topic: str) -> dict[str, Any]:
 
 def backlog(broker: Broker, topic: str, subscription: str) -> int:
     return int(stats(broker, topic)["subscriptions"][subscription]["msgBacklog"])
-
-
-def wait_until(condition: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def produce(client: pulsar.Client, topic: str, count: int, prefix: str = "m") -> list[Any]:
@@ -183,7 +176,11 @@ def test_official_consumer_stays_connected_at_the_end_of_a_terminated_topic(
     produce(client, topic, 1)
     broker.terminate_topic(topic)
     consumer.acknowledge(consumer.receive(5000))
-    wait_until(lambda: backlog(broker, topic, "sub") == 0, "the acknowledgement")
+    wait_until(
+        lambda: backlog(broker, topic, "sub"),
+        predicate=lambda value: value == 0,
+        message="the acknowledgement",
+    )
     consumers = stats(broker, topic)["subscriptions"]["sub"]["consumers"]
     assert len(consumers) == 1
     first_address = consumers[0]["address"]
@@ -372,7 +369,11 @@ def test_reset_cursor_by_time(broker: Broker, client: pulsar.Client, topic: str)
     produce(client, topic, 2, prefix="new")
     for _ in range(5):
         consumer.acknowledge(consumer.receive(5000))
-    wait_until(lambda: backlog(broker, topic, "sub") == 0, "every message acknowledged")
+    wait_until(
+        lambda: backlog(broker, topic, "sub"),
+        predicate=lambda value: value == 0,
+        message="every message acknowledged",
+    )
     assert post(broker, topic, f"/subscription/sub/resetcursor/{boundary}").status_code == 204
     # The entries published after the time come again (PersistentSubscription#resetCursor).
     assert backlog(broker, topic, "sub") == 2
@@ -600,11 +601,11 @@ def test_non_persistent_drops_what_no_consumer_has_permits_for(broker: Broker) -
         assert stats(broker, topic)["msgDropCount"] == 3
         raw.flow(2, 10)
         wait_until(
-            lambda: (
-                stats(broker, topic)["subscriptions"]["sub"]["consumers"][0]["availablePermits"]
-                == 10
-            ),
-            "the permits to arrive",
+            lambda: stats(broker, topic)["subscriptions"]["sub"]["consumers"][0][
+                "availablePermits"
+            ],
+            predicate=lambda value: value == 10,
+            message="the permits to arrive",
         )
         entry = raw.produce(1, 3, b"kept")
         assert [m.payload for m in raw.receive(2, 1)] == [b"kept"]
@@ -612,11 +613,9 @@ def test_non_persistent_drops_what_no_consumer_has_permits_for(broker: Broker) -
         ledger_id = broker.last_message_id(topic)["ledgerId"]
         raw.ack(2, [entry], ledger_id)
         wait_until(
-            lambda: (
-                broker.internal_stats(topic)["cursors"]["sub"]["markDeletePosition"]
-                == f"{ledger_id}:{entry}"
-            ),
-            "the mark-delete position to pass the dropped entries",
+            lambda: broker.internal_stats(topic)["cursors"]["sub"]["markDeletePosition"],
+            predicate=lambda value: value == f"{ledger_id}:{entry}",
+            message="the mark-delete position to pass the dropped entries",
         )
 
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trustme
+
+from brokerlet import Broker
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,25 @@ class Pki:
     """CN = superuser."""
     ca_obj: trustme.CA
 
+    def tls_listener(self) -> dict[str, Any]:
+        """Broker settings for a TLS listener on an ephemeral port, with the broker's cert."""
+        return {
+            "broker_service_port_tls": 0,
+            "tls_certificate_file_path": self.broker.cert,
+            "tls_key_file_path": self.broker.key,
+        }
+
     def client_context(self, cert: CertFiles | None = None) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=self.ca)
         if cert is not None:
             context.load_cert_chain(cert.cert, cert.key)
         return context
+
+
+def tls_listener_address(broker: Broker) -> tuple[str, int]:
+    """Where a running broker's TLS listener (:meth:`Pki.tls_listener`) accepts."""
+    assert broker.service_url_tls is not None
+    return "127.0.0.1", int(broker.service_url_tls.rsplit(":", 1)[1])
 
 
 def _write(directory: Path, name: str, leaf: trustme.LeafCert) -> CertFiles:

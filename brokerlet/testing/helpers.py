@@ -9,7 +9,8 @@ messages that show what was expected and what came::
     assert_received(consumer, [b"a", b"b", b"c"])
     assert read_all(pulsar_client, pulsar_topic) == [b"a", b"b", b"c"]
 
-Waiting is a bounded poll with a deadline, never an open-ended sleep. Polls sleep with
+Waiting is a bounded poll with a deadline, never an open-ended sleep: every wait goes
+through :func:`~brokerlet.testing.waiting.wait_until` (exported here too), which polls with
 ``gevent.sleep``, so brokerlet's client (whose greenlets run on the caller's hub) keeps
 acknowledging and receiving while a helper waits.
 """
@@ -19,12 +20,11 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import gevent
-
 from brokerlet.admin.client import AdminClient, AdminError, NotFound
+from brokerlet.testing.waiting import wait_until
 
 __all__ = [
     "assert_payloads",
@@ -35,20 +35,6 @@ __all__ = [
     "wait_for_backlog",
     "wait_until",
 ]
-
-_POLL_SECONDS = 0.02
-
-
-def wait_until(
-    condition: Callable[[], object], *, timeout: float = 10.0, message: str | Callable[[], str]
-) -> None:
-    """Poll ``condition`` until it is true; fail with ``message`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            text = message() if callable(message) else message
-            raise AssertionError(f"{text} (waited {timeout:g} s)")
-        gevent.sleep(_POLL_SECONDS)
 
 
 def backlog(admin: AdminClient | str, topic: str, subscription: str) -> int | None:
@@ -75,26 +61,21 @@ def wait_for_backlog(
         admin: an :class:`AdminClient` or the admin URL (``pulsar_admin_url``).
     """
     client = AdminClient(admin) if isinstance(admin, str) else admin
-    seen: list[int | None] = [None]
 
-    def reached() -> bool:
+    def current() -> int | None:
         try:
-            seen[0] = backlog(client, topic, subscription)
+            return backlog(client, topic, subscription)
         except AdminError as error:
             raise AssertionError(f"cannot read the stats of {topic}: {error}") from error
-        return seen[0] == count
 
     try:
         wait_until(
-            reached,
+            current,
+            predicate=lambda seen: seen == count,
             timeout=timeout,
-            message=lambda: (
-                f"backlog of subscription {subscription!r} on {topic}: expected {count}, "
-                + (
-                    "but the subscription does not exist"
-                    if seen[0] is None
-                    else f"last seen {seen[0]}"
-                )
+            message=(
+                f"backlog of subscription {subscription!r} on {topic} to be {count} "
+                "(None: the subscription does not exist)"
             ),
         )
     finally:
