@@ -12,6 +12,7 @@ import pytest
 from brokerlet.metadata import AlreadyExists, MetadataError, MetadataStore, NotEmpty, NotFound
 from brokerlet.metadata.schema import MIGRATIONS
 from brokerlet.metadata.store import FILE_NAME
+from brokerlet.testing.waiting import wait_until
 
 
 def test_public_and_public_default_exist_at_start() -> None:
@@ -132,10 +133,8 @@ def test_an_auto_created_topic_is_committed_without_the_creator_waiting(tmp_path
     assert "persistent://public/default/a" in store.topics
     assert _stored_topics(tmp_path) == []
 
-    deadline = time.monotonic() + 10
-    while not _stored_topics(tmp_path) and time.monotonic() < deadline:
-        gevent.sleep(0.01)
-    assert _stored_topics(tmp_path) == ["persistent://public/default/a"]
+    stored = wait_until(lambda: _stored_topics(tmp_path), message="the deferred commit")
+    assert stored == ["persistent://public/default/a"]
 
     # A change made before the deferred commit ran goes after it, in the same transaction.
     store.create_topic("persistent://public/default/b", "public/default", 0, wait=False)
