@@ -71,6 +71,7 @@ def run_produce_once(
     broker: psutil.Process | None,
     producers: int,
     on_start: Callable[[], object] | None = None,
+    nice: int = 0,
 ) -> ProduceResult:
     """Send ``messages`` unbatched from ``producers`` processes to a fresh topic; time them.
 
@@ -81,6 +82,7 @@ def run_produce_once(
         broker: The broker's process, to report the CPU it used; None to skip that.
         producers: Producer processes.
         on_start: Called right after the producers are released.
+        nice: Niceness added to each producer process (see `ProducerJob.nice`).
     """
     topic = f"persistent://public/default/bench-produce-{uuid.uuid4().hex[:12]}"
     context = multiprocessing.get_context("spawn")
@@ -99,6 +101,7 @@ def run_produce_once(
                 SETUP_TIMEOUT,
                 index=index,
                 latency_every=LATENCY_EVERY,
+                nice=nice,
             )
             workers.append(Worker(context, f"producer {index + 1}", run_producer, (job, start)))
         collected = drive(workers, [], start, stop, timeout, broker, on_start=on_start)
