@@ -787,6 +787,38 @@ def test_gather_is_capped_by_bytes() -> None:
     assert max(server.offered_bytes) < MAX_SEND_BYTES + block
 
 
+def test_a_full_kernel_buffer_is_reported_once_until_a_send_takes_everything(
+    tcp_pair: tuple[gevent.socket.socket, gevent.socket.socket],
+    channels: Callable[..., Channel],
+) -> None:
+    # A dispatcher waits for a write's completion to read again; once the kernel's buffer is
+    # full that completion waits for the peer to read, so the channel says so (and stays
+    # writable: 32 KiB pending is under the 64 KiB high watermark).
+    server, peer = tcp_pair
+    blocked = gevent.event.Event()
+    reports: list[int] = []
+
+    def on_blocked() -> None:
+        reports.append(channel.pending_bytes)
+        blocked.set()
+
+    channel = channels(server, on_send_blocked=on_blocked)
+    outcomes = Outcomes()
+    for index in range(15):  # 60 KiB, under the high watermark; the kernel holds ~45 KB
+        channel.write(b"y" * 4096, outcomes.callback(index))
+    assert blocked.wait(WAIT), "the kernel's buffer filled without a report"
+    assert channel.send_blocked
+    assert channel.writable
+    channel.write(b"z" * 4096, outcomes.callback(15))  # queued behind the full buffer
+    assert len(reports) == 1
+
+    reader = gevent.spawn(_read_exactly, peer, 16 * 4096)
+    outcomes.wait_for(16)
+    assert reader.get(timeout=WAIT) == b"y" * 4096 * 15 + b"z" * 4096
+    assert not channel.send_blocked
+    assert len(reports) == 1
+
+
 # -- socket options -------------------------------------------------------------------
 
 

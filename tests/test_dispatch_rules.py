@@ -232,6 +232,7 @@ class RecordingChannel:
 
     def __init__(self) -> None:
         self.writable = True
+        self.send_blocked = False  # every write goes straight into the kernel
         self.writes: list[bytes] = []
 
     def write(self, data: bytes | list[bytes], callback: Any = None) -> None:

@@ -74,7 +74,12 @@ class EventLoopActor(GeventActor):
             )
             buffers.append(header)
             buffers.append(data)
-        connection.channel.write(buffers, _Written(message.completion))
+        channel = connection.channel
+        channel.write(buffers, _Written(message.completion))
+        if channel.send_blocked and consumer.read_gate is not None:
+            # This write's completion, which was to request the next read, waits for the
+            # client to read: the dispatcher reads now for its other consumers.
+            consumer.read_gate.request()
 
     def _writability_changed(self, connection: ConnectionHandle) -> None:
         if connection.writable_notice is not None:

@@ -57,6 +57,15 @@ class ConnectionHandle:
         if writable and self.writable_notice is not None:
             self.writable_notice.request()
 
+    def channel_send_blocked(self) -> None:
+        """The channel's callback when the kernel's buffer is full: the write completions the
+        dispatchers wait for to read again now wait for the client to read, which a paused
+        client never does. Its dispatchers read now, for their other consumers (the channel
+        may still be writable: its pending bytes are under the high watermark)."""
+        for consumer in self.consumers:
+            if consumer.read_gate is not None:
+                consumer.read_gate.request()
+
 
 @dataclass(eq=False)
 class Consumer:

@@ -200,6 +200,7 @@ class Server:
             on_writability_changed=handle.channel_writability_changed,
             on_closed=lambda exc: _shutdown(sock),
             name=peer,
+            on_send_blocked=handle.channel_send_blocked,
         )
         actor = ConnectionActor.start(
             handle=handle,
