@@ -34,8 +34,11 @@ def _fill(url: str, topic: str, messages: int, keys: int) -> float:
     client = pulsar.Client(url, operation_timeout_seconds=30)
     try:
         producer = client.create_producer(
-            topic, batching_enabled=True, batching_max_messages=100,
-            batching_max_publish_delay_ms=10, max_pending_messages=20_000,
+            topic,
+            batching_enabled=True,
+            batching_max_messages=100,
+            batching_max_publish_delay_ms=10,
+            max_pending_messages=20_000,
             block_if_queue_full=True,
         )
         started = time.perf_counter()
@@ -73,23 +76,30 @@ def run_compaction(plan: Plan, producers: int, quick: bool) -> SectionResult:
         web = broker.stats_url
         # One big topic for the quiet compaction, one per compacting produce run: each of
         # those runs overlaps a whole first compaction (not a cheap re-compaction).
-        topics = [f"persistent://public/default/compaction-{i}-{uuid.uuid4().hex[:8]}"
-                  for i in range(plan.repeats + 1)]
+        topics = [
+            f"persistent://public/default/compaction-{i}-{uuid.uuid4().hex[:8]}"
+            for i in range(plan.repeats + 1)
+        ]
         fill_rates = [_fill(url, topic, messages, keys) for topic in topics]
         stats = requests.get(
             f"{web}/admin/v2/persistent/{topics[0].removeprefix('persistent://')}/stats",
             timeout=30,
         ).json()
         entries = stats["lastEntryId"] + 1
-        print(f"compaction: filled {len(topics)} topics of {messages:,} messages "
-              f"({entries:,} entries), {keys:,} keys, at {format_rate(min(fill_rates))} or more",
-              flush=True)
+        print(
+            f"compaction: filled {len(topics)} topics of {messages:,} messages "
+            f"({entries:,} entries), {keys:,} keys, at {format_rate(min(fill_rates))} or more",
+            flush=True,
+        )
         first = _compact(web, topics[0], 1800)
         if first["status"] != "SUCCESS":
             raise RuntimeError(f"compaction ended {first['status']}: {first.get('lastError')}")
         rate = entries / first["seconds"]
-        print(f"compaction: {first['status']} in {first['seconds']:.1f} s: {rate:,.0f} entries/s, "
-              f"{messages / first['seconds']:,.0f} messages/s", flush=True)
+        print(
+            f"compaction: {first['status']} in {first['seconds']:.1f} s: {rate:,.0f} entries/s, "
+            f"{messages / first['seconds']:,.0f} messages/s",
+            flush=True,
+        )
         runs: dict[str, list[RunResult]] = {"quiet": [], "compacting": []}
         overlapped = []
         for index in range(plan.repeats):
@@ -102,20 +112,31 @@ def run_compaction(plan: Plan, producers: int, quick: bool) -> SectionResult:
                 if label == "compacting":
                     helper.start()
                 started = time.perf_counter()
-                result = run_once(url, mode, produce_messages, run_timeout(produce_messages),
-                                  process, producers=producers)
+                result = run_once(
+                    url,
+                    mode,
+                    produce_messages,
+                    run_timeout(produce_messages),
+                    process,
+                    producers=producers,
+                )
                 produced_for = time.perf_counter() - started
                 note = ""
                 if label == "compacting":
                     helper.join(1800)
                     took = outcome[0]["seconds"] if outcome else float("nan")
                     overlapped.append(took >= produced_for)
-                    note = (f", compaction {took:.1f} s for a {produced_for:.1f} s run"
-                            + ("" if took >= produced_for else " (ended first)"))
+                    note = f", compaction {took:.1f} s for a {produced_for:.1f} s run" + (
+                        "" if took >= produced_for else " (ended first)"
+                    )
                 results.append(result)
-                print(f"  run {index + 1}/{plan.repeats}, {label}: produce "
-                      f"{format_rate(result.produce_rate)}, broker CPU {result.broker_cpu:.0%}"
-                      + note + (f"; FAILED: {result.error}" if result.error else ""), flush=True)
+                print(
+                    f"  run {index + 1}/{plan.repeats}, {label}: produce "
+                    f"{format_rate(result.produce_rate)}, broker CPU {result.broker_cpu:.0%}"
+                    + note
+                    + (f"; FAILED: {result.error}" if result.error else ""),
+                    flush=True,
+                )
     quiet = Summary.of([r.produce_rate for r in runs["quiet"]])
     busy = Summary.of([r.produce_rate for r in runs["compacting"]])
     ratio = busy.median / quiet.median if quiet.median else float("nan")
@@ -132,12 +153,19 @@ def run_compaction(plan: Plan, producers: int, quick: bool) -> SectionResult:
         "ratio": ratio,
     }
     section.rows = [
-        Row(f"compaction, {messages:,} messages / {keys:,} keys", f"{rate:,.0f} entries/s",
-            f"{messages / first['seconds']:,.0f} msg/s, {first['seconds']:.1f} s"),
+        Row(
+            f"compaction, {messages:,} messages / {keys:,} keys",
+            f"{rate:,.0f} entries/s",
+            f"{messages / first['seconds']:,.0f} msg/s, {first['seconds']:.1f} s",
+        ),
         Row("produce, unbatched, no compaction", format_rate(quiet.median)),
         Row("produce, unbatched, while compacting", format_rate(busy.median)),
-        Row("  while compacting / without", f"{ratio:.2f}x", target=f">= {TARGET:.2f}x",
-            status="MET" if ratio >= TARGET else "MISSED"),
+        Row(
+            "  while compacting / without",
+            f"{ratio:.2f}x",
+            target=f">= {TARGET:.2f}x",
+            status="MET" if ratio >= TARGET else "MISSED",
+        ),
     ]
     section.failed = any(r.error for rs in runs.values() for r in rs)
     return section

@@ -108,11 +108,16 @@ def measure_topic_creation(url: str, count: int) -> list[float]:
                 if frames:
                     return frames[0].command
 
-        ask(T(type=T.CONNECT, connect=pb.CommandConnect(client_version="latency-bench",
-                                                        protocol_version=20)))
+        ask(
+            T(
+                type=T.CONNECT,
+                connect=pb.CommandConnect(client_version="latency-bench", protocol_version=20),
+            )
+        )
         for index in range(count):
-            request = pb.CommandProducer(topic=_topic("create"), producer_id=index,
-                                         request_id=index)
+            request = pb.CommandProducer(
+                topic=_topic("create"), producer_id=index, request_id=index
+            )
             start = time.perf_counter()
             reply = ask(T(type=T.PRODUCER, producer=request))
             times.append(time.perf_counter() - start)
@@ -131,12 +136,16 @@ def run_latency(quick: bool) -> SectionResult:
     brokers: dict[str, Callable[[], ChildBroker]] = {
         "brokerlet disk": lambda: BrokerletProcess(["--storage", "disk"]),
         "brokerlet disk never": lambda: BrokerletProcess(
-            ["--storage", "disk", "--sync-policy", "never"]),
+            ["--storage", "disk", "--sync-policy", "never"]
+        ),
         "brokerlet memory": lambda: BrokerletProcess(["--storage", "memory"]),
         "pulsar-lite": PulsarLiteProcess,
     }
-    print(f"latency: {rounds} interleaved rounds of {pings} ping-pongs, {cycles} test-suite "
-          f"cycles and {creates} topic creations per broker ({', '.join(brokers)})", flush=True)
+    print(
+        f"latency: {rounds} interleaved rounds of {pings} ping-pongs, {cycles} test-suite "
+        f"cycles and {creates} topic creations per broker ({', '.join(brokers)})",
+        flush=True,
+    )
     running: dict[str, ChildBroker] = {}
     figures: dict[str, dict[str, list[float]]] = {
         name: {"ping": [], "cycle": [], "create": []} for name in brokers
@@ -170,36 +179,67 @@ def run_latency(quick: bool) -> SectionResult:
     cycle_memory = memory["cycle_median_s"] / lite["cycle_median_s"]
     load = " / ".join(f"{value:.2f}" for value in os.getloadavg())
     rows = [
-        Row("latency, ping-pong p99 disk / pulsar-lite", f"{ping_ratio:.2f}x",
+        Row(
+            "latency, ping-pong p99 disk / pulsar-lite",
+            f"{ping_ratio:.2f}x",
             f"{_ms(disk['ping_p99_s'])} vs {_ms(lite['ping_p99_s'])} (p50 "
             f"{_ms(disk['ping_p50_s'])} vs {_ms(lite['ping_p50_s'])})",
-            f"<= {PING_PONG_P99_RATIO}x", judge(ping_ratio, at_most=PING_PONG_P99_RATIO)),
-        Row("  ping-pong p99 disk never / pulsar-lite", f"{ping_never:.2f}x",
-            f"{_ms(never['ping_p99_s'])} (pulsar-lite never fsyncs either)"),
-        Row("  ping-pong p99 memory", _ms(memory["ping_p99_s"]),
-            f"p50 {_ms(memory['ping_p50_s'])}"),
-        Row("latency, test-suite cycle disk / pulsar-lite", f"{cycle_disk:.2f}x",
+            f"<= {PING_PONG_P99_RATIO}x",
+            judge(ping_ratio, at_most=PING_PONG_P99_RATIO),
+        ),
+        Row(
+            "  ping-pong p99 disk never / pulsar-lite",
+            f"{ping_never:.2f}x",
+            f"{_ms(never['ping_p99_s'])} (pulsar-lite never fsyncs either)",
+        ),
+        Row(
+            "  ping-pong p99 memory", _ms(memory["ping_p99_s"]), f"p50 {_ms(memory['ping_p50_s'])}"
+        ),
+        Row(
+            "latency, test-suite cycle disk / pulsar-lite",
+            f"{cycle_disk:.2f}x",
             f"{_ms(disk['cycle_median_s'])} vs {_ms(lite['cycle_median_s'])}",
-            f"<= {CYCLE_RATIO_DISK}x", judge(cycle_disk, at_most=CYCLE_RATIO_DISK)),
-        Row("  test-suite cycle disk never / pulsar-lite", f"{cycle_never:.2f}x",
+            f"<= {CYCLE_RATIO_DISK}x",
+            judge(cycle_disk, at_most=CYCLE_RATIO_DISK),
+        ),
+        Row(
+            "  test-suite cycle disk never / pulsar-lite",
+            f"{cycle_never:.2f}x",
             f"{_ms(never['cycle_median_s'])}; every_batch pays an fdatasync per sync send",
-            f"<= {CYCLE_RATIO_DISK}x", judge(cycle_never, at_most=CYCLE_RATIO_DISK)),
-        Row("latency, test-suite cycle memory / pulsar-lite", f"{cycle_memory:.2f}x",
+            f"<= {CYCLE_RATIO_DISK}x",
+            judge(cycle_never, at_most=CYCLE_RATIO_DISK),
+        ),
+        Row(
+            "latency, test-suite cycle memory / pulsar-lite",
+            f"{cycle_memory:.2f}x",
             f"{_ms(memory['cycle_median_s'])} vs {_ms(lite['cycle_median_s'])}",
-            f"<= {CYCLE_RATIO_MEMORY}x", judge(cycle_memory, at_most=CYCLE_RATIO_MEMORY)),
-        Row("latency, topic creation p50 disk every_batch", _ms(disk["create_p50_s"]),
+            f"<= {CYCLE_RATIO_MEMORY}x",
+            judge(cycle_memory, at_most=CYCLE_RATIO_MEMORY),
+        ),
+        Row(
+            "latency, topic creation p50 disk every_batch",
+            _ms(disk["create_p50_s"]),
             f"p99 {_ms(disk['create_p99_s'])}; memory {_ms(memory['create_p50_s'])}, "
             f"pulsar-lite {_ms(lite['create_p50_s'])}",
-            f"<= {TOPIC_CREATE_MS} ms", judge(disk["create_p50_s"] * 1000,
-                                               at_most=TOPIC_CREATE_MS)),
+            f"<= {TOPIC_CREATE_MS} ms",
+            judge(disk["create_p50_s"] * 1000, at_most=TOPIC_CREATE_MS),
+        ),
     ]
     for row in rows:
         print(f"  {row.figure.strip()}: {row.value} ({row.spread})")
     print(f"  load average: {load}")
-    data: dict[str, Any] = {"summary": summary, "rounds": rounds, "load_average": load,
-                            "ratios": {"ping_p99_disk": ping_ratio, "ping_p99_never": ping_never,
-                                       "cycle_disk": cycle_disk, "cycle_never": cycle_never,
-                                       "cycle_memory": cycle_memory}}
+    data: dict[str, Any] = {
+        "summary": summary,
+        "rounds": rounds,
+        "load_average": load,
+        "ratios": {
+            "ping_p99_disk": ping_ratio,
+            "ping_p99_never": ping_never,
+            "cycle_disk": cycle_disk,
+            "cycle_never": cycle_never,
+            "cycle_memory": cycle_memory,
+        },
+    }
     return SectionResult(data=data, rows=rows)
 
 

@@ -181,10 +181,13 @@ class KeySharedRules:
     def key_hashes(self, entries: Sequence[Entry]) -> list[int]:
         """:meth:`key_hash` of each entry, hashing each distinct key of the read once."""
         cached = self._key_hashes
+        # Empty after every assign (delivered entries move on, held ones are forgotten)
+        # unless a replay read brought hashes along: only then look entries up.
+        lookup = cached.get if cached else None
         by_key: dict[bytes, int] = {}
         hashes: list[int] = []
         for entry in entries:
-            key_hash = cached.get(entry.entry_id)
+            key_hash = None if lookup is None else lookup(entry.entry_id)
             if key_hash is None:
                 key = sticky_key(entry.data)
                 if key is None:
@@ -217,6 +220,14 @@ class KeySharedRules:
     def delivered(self, consumer: Consumer, entry: Entry) -> None:
         """``entry`` is now pending at ``consumer``."""
         self.pending_hashes[entry.entry_id] = self._key_hashes.pop(entry.entry_id, 0)
+
+    def delivered_batch(self, consumer: Consumer, batch: Iterable[Entry]) -> None:
+        """:meth:`delivered` for each entry of ``batch``."""
+        pending = self.pending_hashes
+        take = self._key_hashes.pop
+        for entry in batch:
+            entry_id = entry.entry_id
+            pending[entry_id] = take(entry_id, 0)
 
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool = False) -> int:
         """``consumer``'s pending ``entry_id`` was acked or sent back; returns its hash."""
@@ -310,6 +321,10 @@ class KeySharedRules:
         hashes = self.key_hashes(entries)
         owners = self.selector.select_batch(hashes)
         ordered = self.ordered
+        # Asked once per read: nothing below adds to the replay set or the draining hashes
+        # (should_block only drops them), so an empty one stays empty through the loop.
+        waiting = ordered and not from_replay and bool(replay)
+        draining = self.draining if ordered and len(self.draining) else None
         for entry, h, consumer in zip(entries, hashes, owners, strict=True):
             if h in blocked:
                 held.append((entry, h))
@@ -318,13 +333,17 @@ class KeySharedRules:
                 blocked.add(h)
                 held.append((entry, h))
                 continue
-            if ordered and (
-                (not from_replay and replay.has_hash(h)) or self.draining.should_block(consumer, h)
+            if (waiting and replay.has_hash(h)) or (
+                draining is not None and draining.should_block(consumer, h)
             ):
                 blocked.add(h)
                 held.append((entry, h))
                 continue
-            batches.setdefault(consumer, []).append(entry)
+            batch = batches.get(consumer)
+            if batch is None:
+                batches[consumer] = [entry]
+            else:
+                batch.append(entry)
             budgets[consumer] = budget - entry.num_messages
         return batches, held
 
@@ -427,8 +446,7 @@ class KeySharedStrategy(Strategy):
         return held
 
     def delivered(self, consumer: Consumer, batch: list[Entry]) -> None:
-        for entry in batch:
-            self.rules.delivered(consumer, entry)
+        self.rules.delivered_batch(consumer, batch)
 
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:
         return self.rules.released(consumer, entry_id, closing=closing)
