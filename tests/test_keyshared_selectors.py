@@ -749,3 +749,18 @@ def test_snapshots_are_immutable_and_validated() -> None:
         Snapshot(0, (10,), (None, None))
     with pytest.raises(ValueError, match="power of two"):
         AutoSplitSelector(range_size=100)
+
+
+@pytest.mark.parametrize("owners", [3, 300])
+def test_slot_table_agrees_with_the_binary_search_on_every_slot(owners: int) -> None:
+    # More than 255 distinct owners switch the table from bytes to array('H').
+    rng = random.Random(owners)
+    consumers = [FakeConsumer(f"c{i}") for i in range(owners)]
+    ends = [*sorted(rng.sample(range(1, RANGE_SIZE - 1), 2 * owners)), RANGE_SIZE - 1]
+    choices: list[FakeConsumer | None] = [*consumers, None]
+    snapshot: Snapshot[FakeConsumer] = Snapshot(1, ends, [rng.choice(choices) for _ in ends])
+    slots = range(snapshot.start, snapshot.last + 1)
+    assert len(snapshot.slot_index) == len(slots)
+    assert isinstance(snapshot.slot_index, bytes) == (len(snapshot.slot_owners) <= 255)
+    assert owner_ids(snapshot.select_many(slots)) == owner_ids([snapshot.search(s) for s in slots])
+    assert owner_ids([snapshot.select(s) for s in slots]) == owner_ids(snapshot.select_many(slots))

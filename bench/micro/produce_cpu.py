@@ -56,12 +56,24 @@ def measure(broker: ChildBroker, messages: int) -> float:
     sock = socket.create_connection((host, int(port)))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     decoder = FrameDecoder(8 << 20)
-    sock.sendall(encode_command(T(type=T.CONNECT, connect=pb.CommandConnect(
-        client_version="cpu-bench", protocol_version=20))))
+    sock.sendall(
+        encode_command(
+            T(
+                type=T.CONNECT,
+                connect=pb.CommandConnect(client_version="cpu-bench", protocol_version=20),
+            )
+        )
+    )
     _read_until(sock, decoder, 1)
     topic = f"persistent://public/default/cpu-{uuid.uuid4().hex[:8]}"
-    sock.sendall(encode_command(T(type=T.PRODUCER, producer=pb.CommandProducer(
-        topic=topic, producer_id=1, request_id=1))))
+    sock.sendall(
+        encode_command(
+            T(
+                type=T.PRODUCER,
+                producer=pb.CommandProducer(topic=topic, producer_id=1, request_id=1),
+            )
+        )
+    )
     [reply] = _read_until(sock, decoder, 1)
     if reply.type != T.PRODUCER_SUCCESS:
         raise RuntimeError(f"PRODUCER failed: {reply}")
@@ -88,27 +100,37 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--storage", choices=("memory", "disk"), action="append")
-    parser.add_argument("--source", type=Path, metavar="DIR",
-                        help="run the broker from this source tree (to compare two versions)")
-    parser.add_argument("--profile", type=Path, metavar="PATH",
-                        help="run the broker under cProfile (one file per storage, named after "
-                             "PATH) and print its top own-time lines")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        metavar="DIR",
+        help="run the broker from this source tree (to compare two versions)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="PATH",
+        help="run the broker under cProfile (one file per storage, named after "
+        "PATH) and print its top own-time lines",
+    )
     args = parser.parse_args()
     for storage in args.storage or ["memory", "disk"]:
         profile = None
         if args.profile is not None:
             profile = args.profile.with_name(f"{args.profile.stem}-{storage}{args.profile.suffix}")
-        with BrokerletProcess(["--storage", storage], profile_path=profile,
-                              source=args.source) as broker:
+        with BrokerletProcess(
+            ["--storage", storage], profile_path=profile, source=args.source
+        ) as broker:
             broker.start()
             measure(broker, 2000)  # warm-up: imports, first topic
-            figures = [measure(broker, args.messages)
-                       for _ in range(args.rounds)]
+            figures = [measure(broker, args.messages) for _ in range(args.rounds)]
         load = " / ".join(f"{value:.2f}" for value in os.getloadavg())
         text = ", ".join(f"{figure:.2f}" for figure in figures)
-        print(f"produce path, {storage:6}: broker CPU µs per message {min(figures):.2f} "
-              f"(rounds {text}; {args.messages} unbatched 128 B SENDs, window {_WINDOW}; "
-              f"load {load}; {time.strftime('%H:%M:%S')})")
+        print(
+            f"produce path, {storage:6}: broker CPU µs per message {min(figures):.2f} "
+            f"(rounds {text}; {args.messages} unbatched 128 B SENDs, window {_WINDOW}; "
+            f"load {load}; {time.strftime('%H:%M:%S')})"
+        )
         if profile is not None:
             print_top(top_entries(profile, "tottime"), f"broker own time, {storage} ({profile})")
 

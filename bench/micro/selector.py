@@ -1,9 +1,14 @@
 """Micro-benchmark of Key_Shared consumer selection.
 
-Compares, side by side in one run, a selection from the published snapshot (binary
-search on a tuple of range ends) with the same lookup on the authoritative
-`SortedDict`, for 2, 10 and 50 consumers, and measures `select_batch` per entry.
-Prints figures next to their targets and never asserts them. Run with
+Compares, side by side in one run, a selection from the published snapshot (its
+per-slot owner table) with the same lookup on the authoritative `SortedDict`, for 2,
+10 and 50 consumers, and measures `select_batch` per entry against the binary search
+on the snapshot's range ends it replaced. Then the whole per-entry path from a stored
+entry's bytes to its owner (key read, hashing, selection) for read batches of 100 and
+500 entries, 50 consumers, consistent hashing, 1,000 distinct keys: the dispatcher's
+code against the protobuf-and-bisect path it replaced, both in this run. Also the
+owner table's build time per membership change and its size. Prints figures next to
+their targets and never asserts them. Run with
 ``python bench/micro/selector.py`` (or ``-m bench.micro.selector``); ``--quick``
 shortens every measurement.
 """
@@ -12,24 +17,34 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from brokerlet.config import Settings
+from brokerlet.dispatch.key_shared import KeySharedRules, protobuf_key_hash
 from brokerlet.keyshared import (
     AutoSplitSelector,
     ConsistentHashingSelector,
+    KeySharedMeta,
     Selector,
     StickySelector,
     sticky_key_hash,
 )
-from brokerlet.keyshared.snapshot import HashRange
+from brokerlet.keyshared.snapshot import HashRange, Snapshot
+from brokerlet.storage.ledger import Entry
+from brokerlet.transport.protocol import build_entry, pb
 
 SNAPSHOT_SPEEDUP_TARGET = 5.0
 BATCH_NS_TARGET = 100.0
 CONSUMER_COUNTS = (2, 10, 50)
 BATCH_SIZE = 500
+ENTRY_BATCH_SIZES = (100, 500)
+ENTRY_CONSUMERS = 50
+DISTINCT_KEYS = 1_000
 
 
 @dataclass(eq=False)
@@ -47,17 +62,14 @@ def _best_ns_per_op(run: Callable[[], object], ops: int, repeats: int) -> float:
     return best / ops
 
 
-def _dense_table(selector: Selector[Any]) -> tuple[bytes, tuple[Any, ...], int]:
-    """The selector unrolled into one owner index per hash remainder (comparison only).
-
-    One byte per slot, 64 KiB per snapshot, so at most 255 owners. Returns the
-    table, the owners it indexes and the modulus that maps a hash to its index.
-    """
-    modulus = 65535 if isinstance(selector, ConsistentHashingSelector) else 65536
-    selected = selector.snapshot.select_many([selector.slot(r) for r in range(modulus)])
-    distinct = list({id(owner): owner for owner in selected}.values())
-    index_of = {id(owner): i for i, owner in enumerate(distinct)}
-    return bytes(index_of[id(owner)] for owner in selected), tuple(distinct), modulus
+def _bisect_batch(selector: Selector[Any]) -> Callable[[Sequence[int]], list[Any]]:
+    """`select_batch` as it was before the owner table: a binary search on the range ends."""
+    snapshot = selector.snapshot
+    ends, owners = snapshot.ends, snapshot.owners
+    if isinstance(selector, ConsistentHashingSelector):
+        modulus = 65535
+        return lambda hashes: [owners[bisect_right(ends, h % modulus)] for h in hashes]
+    return lambda hashes: [owners[bisect_left(ends, h % 65536 or 1)] for h in hashes]
 
 
 def _populated(kind: str, count: int) -> Selector[Any]:
@@ -103,11 +115,11 @@ def _measure(kind: str, count: int, hashes: Sequence[int], repeats: int) -> dict
         for _ in range(len(hashes) // BATCH_SIZE):
             selector.select_batch(batch)
 
-    table, owners, modulus = _dense_table(selector)
+    bisect_batch = _bisect_batch(selector)
 
-    def by_dense_table() -> None:
+    def by_bisect_batch() -> None:
         for _ in range(len(hashes) // BATCH_SIZE):
-            [owners[table[h % modulus]] for h in batch]
+            bisect_batch(batch)
 
     ops = len(hashes)
     return {
@@ -116,7 +128,7 @@ def _measure(kind: str, count: int, hashes: Sequence[int], repeats: int) -> dict
         "sorted": _best_ns_per_op(by_sorted_dict, ops, repeats),
         "select": _best_ns_per_op(by_select, ops, repeats),
         "batch": _best_ns_per_op(by_batch, (ops // BATCH_SIZE) * BATCH_SIZE, repeats),
-        "dense": _best_ns_per_op(by_dense_table, (ops // BATCH_SIZE) * BATCH_SIZE, repeats),
+        "bisect": _best_ns_per_op(by_bisect_batch, (ops // BATCH_SIZE) * BATCH_SIZE, repeats),
     }
 
 
@@ -125,7 +137,151 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer, shorter runs")
     args = parser.parse_args(argv)
-    return run(quick=args.quick)
+    results = run(quick=args.quick)
+    run_entries(quick=args.quick)
+    run_table_build(quick=args.quick)
+    return results
+
+
+def _stored_entries(count: int, rng: random.Random) -> list[Entry]:
+    """Entries whose metadata is laid out as pulsar-client 3.x writes a keyed message."""
+    keys = [f"key-{rng.getrandbits(48):012x}" for _ in range(DISTINCT_KEYS)]
+    entries = []
+    for entry_id in range(count):
+        metadata = pb.MessageMetadata(
+            producer_name="standalone-0-17",
+            sequence_id=entry_id,
+            publish_time=1_796_130_223_052 + entry_id,
+            partition_key=rng.choice(keys),
+        )
+        entries.append(Entry(1, entry_id, build_entry(metadata, b"x" * 128), 0, 1))
+    return entries
+
+
+def run_entries(quick: bool = False) -> list[dict[str, Any]]:
+    """Per entry, from stored entry bytes to the owner, for each read batch size.
+
+    The dispatcher's path (`KeySharedRules.key_hashes`: key read off the wire format, each
+    distinct key of the read hashed once, then `select_batch` on the owner table) against
+    the path it replaced (a protobuf decode and hash per entry, then a binary search).
+
+    Returns:
+        One dict per batch size: ``batch``, ``consumers``, ``keys``, ``after_ns``,
+        ``before_ns``, and the after path's parts ``hash_ns`` and ``select_ns``.
+    """
+    repeats, rounds = (3, 4) if quick else (7, 20)
+    rng = random.Random(19)
+    selector = _populated("consistent(100)", ENTRY_CONSUMERS)
+    rules = KeySharedRules(KeySharedMeta(), Settings(), lambda: None)
+    rules.selector = selector
+    print(
+        f"Key_Shared per entry from stored bytes to owner, {ENTRY_CONSUMERS} consumers, "
+        f"consistent hashing, {DISTINCT_KEYS} distinct keys (best of {repeats})"
+    )
+    print(f"target: <= {BATCH_NS_TARGET:.0f} ns/entry incl. hashing")
+    header = f"{'batch':>6}{'after':>10}{'(hash':>9}{'+ select)':>11}{'before':>10}{'speedup':>9}"
+    print(header)
+    print("-" * len(header))
+    results: list[dict[str, Any]] = []
+    for size in ENTRY_BATCH_SIZES:
+        figures = _measure_entries(_stored_batches(size, rounds, rng), rules, repeats)
+        print(
+            f"{size:>6}{figures['after']:>10.0f}{figures['hash']:>9.0f}{figures['select']:>11.0f}"
+            f"{figures['before']:>10.0f}{figures['before'] / figures['after']:>8.1f}x"
+        )
+        results.append(
+            {
+                "batch": size,
+                "consumers": ENTRY_CONSUMERS,
+                "keys": DISTINCT_KEYS,
+                "after_ns": figures["after"],
+                "hash_ns": figures["hash"],
+                "select_ns": figures["select"],
+                "before_ns": figures["before"],
+            }
+        )
+    return results
+
+
+def _stored_batches(size: int, rounds: int, rng: random.Random) -> list[list[Entry]]:
+    return [_stored_entries(size, rng) for _ in range(rounds)]
+
+
+def _measure_entries(
+    batches: list[list[Entry]], rules: KeySharedRules, repeats: int
+) -> dict[str, float]:
+    """ns per entry of the dispatcher's path, its two parts, and the path it replaced."""
+    selector = rules.selector
+    bisect_batch = _bisect_batch(selector)
+    hashes_of = [rules.key_hashes(batch) for batch in batches]
+
+    def after() -> None:
+        for batch in batches:
+            rules._key_hashes.clear()  # each read is hashed afresh, as in dispatch
+            selector.select_batch(rules.key_hashes(batch))
+
+    def hashing() -> None:
+        for batch in batches:
+            rules._key_hashes.clear()
+            rules.key_hashes(batch)
+
+    def selecting() -> None:
+        for hashes in hashes_of:
+            selector.select_batch(hashes)
+
+    def before() -> None:
+        for batch in batches:
+            bisect_batch([protobuf_key_hash(entry) for entry in batch])
+
+    ops = sum(len(batch) for batch in batches)
+    rules._key_hashes.clear()
+    return {
+        "after": _best_ns_per_op(after, ops, repeats),
+        "hash": _best_ns_per_op(hashing, ops, repeats),
+        "select": _best_ns_per_op(selecting, ops, repeats),
+        "before": _best_ns_per_op(before, ops, repeats),
+    }
+
+
+def run_table_build(quick: bool = False) -> dict[str, Any]:
+    """What the owner table costs per membership change, 50 consistent-hashing consumers.
+
+    Returns:
+        ``ranges``, ``build_us`` (a Snapshot with its table), ``ends_only_us`` (the range
+        tuples alone, as before the table), ``change_us`` (one add or remove, all in), and
+        ``table_bytes`` / ``owners`` of the table.
+    """
+    repeats = 3 if quick else 7
+    selector = _populated("consistent(100)", ENTRY_CONSUMERS)
+    snapshot = selector.snapshot
+    ends, owners = snapshot.ends, snapshot.owners
+
+    def build() -> None:
+        Snapshot(snapshot.start, ends, owners)
+
+    def ends_only() -> None:
+        tuple(ends), tuple(owners)
+
+    def change() -> None:
+        extra = _Consumer("consumer-extra")
+        selector.add(extra)
+        selector.remove(extra)
+
+    figures = {
+        "ranges": len(ends),
+        "build_us": _best_ns_per_op(build, 1, repeats) / 1000,
+        "ends_only_us": _best_ns_per_op(ends_only, 1, repeats) / 1000,
+        "change_us": _best_ns_per_op(change, 2, repeats) / 1000,
+        "table_bytes": sys.getsizeof(snapshot.slot_index),
+        "owners": len(snapshot.slot_owners),
+    }
+    print(
+        f"owner table, {ENTRY_CONSUMERS} consistent-hashing consumers ({figures['ranges']} "
+        f"ranges): snapshot built in {figures['build_us']:.0f} us (range tuples alone "
+        f"{figures['ends_only_us']:.0f} us); one membership change {figures['change_us']:.0f} "
+        f"us all in; table {figures['table_bytes'] / 1024:.0f} KiB for {figures['owners']} owners"
+    )
+    return figures
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
@@ -134,8 +290,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     Returns:
         One dict per selector and consumer count: ``selector``, ``consumers``, ``ranges``,
         and nanoseconds per lookup or entry: ``snapshot_ns``, ``sorted_dict_ns``,
-        ``select_ns``, ``batch_ns``, ``dense_ns``; with ``ratio`` (SortedDict over
-        snapshot).
+        ``select_ns``, ``batch_ns``, ``bisect_ns`` (the binary-search batch it replaced);
+        with ``ratio`` (SortedDict over snapshot).
     """
     ops, repeats = (5_000, 3) if quick else (50_000, 7)
 
@@ -149,11 +305,12 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     )
     header = (
         f"{'selector':<16}{'consumers':>10}{'ranges':>8}{'snapshot':>10}{'SortedDict':>12}"
-        f"{'ratio':>8}{'select(h)':>11}{'batch/entry':>13}{'dense/entry':>13}"
+        f"{'ratio':>8}{'select(h)':>11}{'batch/entry':>13}{'bisect/entry':>14}"
     )
     print(header)
     print("-" * len(header))
-    print("(dense/entry: a 64 KiB per-slot owner table, measured for comparison, not used)")
+    print("(batch/entry: the snapshot's per-slot owner table; bisect/entry: the binary search")
+    print(" on its range ends that select_batch used before, for comparison)")
     results: list[dict[str, Any]] = []
     for kind in ("consistent(100)", "auto-split", "sticky"):
         for count in CONSUMER_COUNTS:
@@ -164,7 +321,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             print(
                 f"{kind:<16}{count:>10}{figures['ranges']:>8.0f}{figures['snapshot']:>10.1f}"
                 f"{figures['sorted']:>12.1f}{ratio:>7.1f}x{figures['select']:>11.1f}"
-                f"{figures['batch']:>13.1f}{figures['dense']:>13.1f}{ratio_mark}{batch_mark}"
+                f"{figures['batch']:>13.1f}{figures['bisect']:>14.1f}{ratio_mark}{batch_mark}"
             )
             results.append(
                 {
@@ -176,7 +333,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                     "ratio": ratio,
                     "select_ns": figures["select"],
                     "batch_ns": figures["batch"],
-                    "dense_ns": figures["dense"],
+                    "bisect_ns": figures["bisect"],
                 }
             )
     return results

@@ -41,7 +41,10 @@ READ = 100
 
 def _filter() -> DelayedDelivery:
     return DelayedDelivery(
-        Settings(), applies=lambda: True, replay=ReplaySet(), cursor=Cursor(-1),
+        Settings(),
+        applies=lambda: True,
+        replay=ReplaySet(),
+        cursor=Cursor(-1),
         wake_after=lambda _ms: None,
     )
 
@@ -84,9 +87,13 @@ def _delayed(rounds: int) -> tuple[dict[str, float], list[Row]]:
         "bytes_per_delayed": memory,
     }
     rows = [
-        Row(f"delay filter per {READ}-entry read, {PENDING:,} delayed pending",
-            f"{with_pending * 1e6:.1f} us", f"empty tracker {baseline * 1e6:.1f} us, "
-            f"x{ratio:.3f}", f"<= x{SLOWDOWN_TARGET:.2f}", judge(ratio, at_most=SLOWDOWN_TARGET)),
+        Row(
+            f"delay filter per {READ}-entry read, {PENDING:,} delayed pending",
+            f"{with_pending * 1e6:.1f} us",
+            f"empty tracker {baseline * 1e6:.1f} us, x{ratio:.3f}",
+            f"<= x{SLOWDOWN_TARGET:.2f}",
+            judge(ratio, at_most=SLOWDOWN_TARGET),
+        ),
         Row("  tracker memory per delayed message", format_bytes(memory)),
     ]
     return figures, rows
@@ -99,8 +106,16 @@ def _seek(samples: int) -> tuple[dict[str, float], list[Row]]:
     for first in range(0, ENTRIES, chunk):
         ledger.append(
             [
-                NewEntry(build_entry(pb.MessageMetadata(
-                    producer_name="bench", sequence_id=i, publish_time=base + i), b"x"), 0, 1)
+                NewEntry(
+                    build_entry(
+                        pb.MessageMetadata(
+                            producer_name="bench", sequence_id=i, publish_time=base + i
+                        ),
+                        b"x",
+                    ),
+                    0,
+                    1,
+                )
                 for i in range(first, first + chunk)
             ],
             lambda _first: None,
@@ -122,18 +137,30 @@ def _seek(samples: int) -> tuple[dict[str, float], list[Row]]:
         probes.append(search.probes)
         assert search.result == target - base
     median = statistics.median(times)
-    figures = {"entries": ENTRIES, "median_s": median, "max_s": max(times),
-               "probes": statistics.median(probes)}
-    rows = [Row(f"seek by publish time, {ENTRIES:,}-entry memory ledger", format_seconds(median),
-                f"max {format_seconds(max(times))}, {statistics.median(probes):.0f} probes",
-                f"< {format_seconds(SEEK_TARGET_S)}", judge(median, below=SEEK_TARGET_S))]
+    figures = {
+        "entries": ENTRIES,
+        "median_s": median,
+        "max_s": max(times),
+        "probes": statistics.median(probes),
+    }
+    rows = [
+        Row(
+            f"seek by publish time, {ENTRIES:,}-entry memory ledger",
+            format_seconds(median),
+            f"max {format_seconds(max(times))}, {statistics.median(probes):.0f} probes",
+            f"< {format_seconds(SEEK_TARGET_S)}",
+            judge(median, below=SEEK_TARGET_S),
+        )
+    ]
     return figures, rows
 
 
 def run_consumer_semantics(plan: Plan) -> SectionResult:
     """Delayed delivery at scale and seek by publish time (in process)."""
-    print("consumer: delay filter with 1,000,000 pending; seek by time on 1,000,000 entries",
-          flush=True)
+    print(
+        "consumer: delay filter with 1,000,000 pending; seek by time on 1,000,000 entries",
+        flush=True,
+    )
     quick = plan.selector_quick
     delayed, delayed_rows = _delayed(rounds=200 if quick else 1_000)
     seek, seek_rows = _seek(samples=50 if quick else 200)

@@ -34,23 +34,37 @@ def run_dedup(plan: Plan, producers: int) -> SectionResult:
         process = psutil.Process(broker.pid)
         web = f"{broker.stats_url}/admin/v2"
         requests.put(f"{web}/namespaces/{DEDUP_NAMESPACE}", timeout=10).raise_for_status()
-        requests.post(f"{web}/namespaces/{DEDUP_NAMESPACE}/deduplication", json=True,
-                      timeout=10).raise_for_status()
+        requests.post(
+            f"{web}/namespaces/{DEDUP_NAMESPACE}/deduplication", json=True, timeout=10
+        ).raise_for_status()
         runs: dict[str, list[RunResult]] = {"dedup off": [], "dedup on": []}
-        print(f"dedup: {mode.name}, {messages:,} messages per run, {producers} producer "
-              "process(es), dedup off and on taking turns", flush=True)
+        print(
+            f"dedup: {mode.name}, {messages:,} messages per run, {producers} producer "
+            "process(es), dedup off and on taking turns",
+            flush=True,
+        )
         for index in range(plan.repeats):
             for label, results in runs.items():
                 namespace = DEDUP_NAMESPACE if label == "dedup on" else "public/default"
                 topic = f"persistent://{namespace}/bench-dedup-{uuid.uuid4().hex[:12]}"
-                result = run_once(url, mode, messages, run_timeout(messages), process,
-                                  producers=producers, topic=topic)
+                result = run_once(
+                    url,
+                    mode,
+                    messages,
+                    run_timeout(messages),
+                    process,
+                    producers=producers,
+                    topic=topic,
+                )
                 results.append(result)
-                print(f"  run {index + 1}/{plan.repeats}, {label}: produce "
-                      f"{format_rate(result.produce_rate)}, end-to-end "
-                      f"{format_rate(result.end_to_end_rate)}, broker CPU "
-                      f"{result.broker_cpu:.0%}" + (f"; FAILED: {result.error}"
-                                                    if result.error else ""), flush=True)
+                print(
+                    f"  run {index + 1}/{plan.repeats}, {label}: produce "
+                    f"{format_rate(result.produce_rate)}, end-to-end "
+                    f"{format_rate(result.end_to_end_rate)}, broker CPU "
+                    f"{result.broker_cpu:.0%}"
+                    + (f"; FAILED: {result.error}" if result.error else ""),
+                    flush=True,
+                )
     off = Summary.of([r.produce_rate for r in runs["dedup off"]])
     on = Summary.of([r.produce_rate for r in runs["dedup on"]])
     ratio = on.median / off.median if off.median else float("nan")
@@ -68,10 +82,15 @@ def run_dedup(plan: Plan, producers: int) -> SectionResult:
     section.rows = [
         Row("produce, unbatched, dedup off", format_rate(off.median), _range(off)),
         Row("produce, unbatched, dedup on", format_rate(on.median), _range(on)),
-        Row("  dedup on / off", f"{ratio:.2f}x",
-            f"target >= {TARGET:.2f}: {'met' if ratio >= TARGET else 'MISSED'}"),
-        Row("broker CPU per message, dedup off / on",
-            f"{cpu_off.median:.1f} / {cpu_on.median:.1f} us"),
+        Row(
+            "  dedup on / off",
+            f"{ratio:.2f}x",
+            f"target >= {TARGET:.2f}: {'met' if ratio >= TARGET else 'MISSED'}",
+        ),
+        Row(
+            "broker CPU per message, dedup off / on",
+            f"{cpu_off.median:.1f} / {cpu_on.median:.1f} us",
+        ),
     ]
     section.failed = any(r.error is not None for rs in runs.values() for r in rs)
     return section

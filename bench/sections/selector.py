@@ -16,7 +16,16 @@ def run_selector(plan: Plan) -> SectionResult:
         flush=True,
     )
     results = selector_bench.run(quick=plan.selector_quick)
-    section = SectionResult(data={"quick": plan.selector_quick, "results": results})
+    from_entries = selector_bench.run_entries(quick=plan.selector_quick)
+    table = selector_bench.run_table_build(quick=plan.selector_quick)
+    section = SectionResult(
+        data={
+            "quick": plan.selector_quick,
+            "results": results,
+            "from_entries": from_entries,
+            "table_build": table,
+        }
+    )
     speedup = selector_bench.SNAPSHOT_SPEEDUP_TARGET
     batch_target = selector_bench.BATCH_NS_TARGET
     # One row per selector and target: the worst consumer count judged, every count shown.
@@ -44,6 +53,29 @@ def run_selector(plan: Plan) -> SectionResult:
                 judge(costliest["batch_ns"], below=batch_target),
             )
         )
+    for figures in from_entries:
+        section.rows.append(
+            Row(
+                f"Key_Shared batch selection per entry, {figures['consumers']} consumers, "
+                f"consistent hashing (incl. hashing), read batch {figures['batch']}",
+                f"{figures['after_ns']:.0f} ns",
+                f"from stored entry bytes, {figures['keys']:,} keys: key read + hash "
+                f"{figures['hash_ns']:.0f}, select {figures['select_ns']:.0f}; before "
+                f"(protobuf + bisect) {figures['before_ns']:.0f} ns in this run",
+                f"<= {batch_target:.0f} ns",
+                judge(figures["after_ns"], at_most=batch_target),
+            )
+        )
+    section.rows.append(
+        Row(
+            "  owner table build per membership change, 50 consumers",
+            f"{table['build_us']:.0f} µs",
+            f"{table['ranges']} ranges; one add or remove {table['change_us']:.0f} µs all in; "
+            f"table {table['table_bytes'] / 1024:.0f} KiB",
+            "",
+            "",
+        )
+    )
     return section
 
 

@@ -165,11 +165,13 @@ class TopicActor(GeventActor):
             TopicStats: lambda _: self.stats(),
             DispatcherFailed: self._dispatcher_failed,
             # A running compaction keeps the topic open: its outcome comes back here.
-            IsIdle: lambda _: not (
-                len(self.producer_state.access)
-                or self.subscriptions
-                or self.waiting
-                or self.compaction.running
+            IsIdle: lambda _: (
+                not (
+                    len(self.producer_state.access)
+                    or self.subscriptions
+                    or self.waiting
+                    or self.compaction.running
+                )
             ),
             CloseClients: self._close_clients,
             DeduplicationPolicy: lambda m: self.producer_state.set_deduplication(m.enabled),
@@ -639,7 +641,6 @@ class TopicActor(GeventActor):
             return 0
         size: int = bytes_from(slowest + 1)
         return size
-
 
     def stats(self) -> TopicStatsPart:
         """The topic's own stats and its subscriptions' dispatchers, at once: the caller asks

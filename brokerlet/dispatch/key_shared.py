@@ -54,7 +54,7 @@ from brokerlet.keyshared import (
 )
 from brokerlet.keyshared.meta import AUTO_SPLIT, STICKY
 from brokerlet.storage.ledger import Entry
-from brokerlet.transport.protocol import ProtocolError, parse_metadata, pb
+from brokerlet.transport.protocol import ProtocolError, parse_metadata, pb, sticky_key
 
 __all__ = ["KeySharedRules", "KeySharedStrategy", "entry_key_hash"]
 
@@ -70,7 +70,22 @@ def entry_key_hash(entry: Entry) -> int:
     The key is the ordering key, else the partition key (base64-decoded when flagged), else
     ``<producer name>-<sequence id>``. A batch carries its first message's key; producers
     should batch by key (``batching_type=KeyBased``) for per-key routing.
+
+    The key is read off the metadata's wire format (:func:`sticky_key`), which answers for
+    every entry the official client writes; anything it declines goes through protobuf.
+
+    Raises:
+        ProtocolError: the metadata cannot be decoded.
     """
+    key = sticky_key(entry.data)
+    if key is None:
+        return protobuf_key_hash(entry)
+    return sticky_key_hash(key) or 1  # 0 means "no hash"
+
+
+def protobuf_key_hash(entry: Entry) -> int:
+    """:func:`entry_key_hash` through a full protobuf decode of the metadata: the reference
+    the wire-format walk is tested against, and its fallback."""
     metadata = parse_metadata(entry.data)
     if metadata.HasField("ordering_key"):
         key = metadata.ordering_key
@@ -160,28 +175,59 @@ class KeySharedRules:
     # Hashes of entries.
 
     def key_hash(self, entry: Entry) -> int:
-        cached = self._key_hashes.get(entry.entry_id)
-        if cached is None:
-            try:
-                cached = entry_key_hash(entry)
-            except ProtocolError as error:
-                # Stored before metadata was checked on SEND (or damaged since): one such
-                # entry must not stop the subscription. It is routed as having no key.
-                cached = NO_KEY_HASH
-                if not self._unparseable_logged:
-                    self._unparseable_logged = True
-                    log.warning(
-                        "entry %d has unparseable metadata (%s); delivered as having no key "
-                        "(logged once per subscription)",
-                        entry.entry_id,
-                        error.reason,
-                    )
-            self._key_hashes[entry.entry_id] = cached
-        return cached
+        """The entry's sticky-key hash, cached until it is pending or forgotten."""
+        return self.key_hashes((entry,))[0]
+
+    def key_hashes(self, entries: Sequence[Entry]) -> list[int]:
+        """:meth:`key_hash` of each entry, hashing each distinct key of the read once."""
+        cached = self._key_hashes
+        # Empty after every assign (delivered entries move on, held ones are forgotten)
+        # unless a replay read brought hashes along: only then look entries up.
+        lookup = cached.get if cached else None
+        by_key: dict[bytes, int] = {}
+        hashes: list[int] = []
+        for entry in entries:
+            key_hash = None if lookup is None else lookup(entry.entry_id)
+            if key_hash is None:
+                key = sticky_key(entry.data)
+                if key is None:
+                    key_hash = self._protobuf_hash(entry)
+                else:
+                    key_hash = by_key.get(key)
+                    if key_hash is None:
+                        key_hash = by_key[key] = sticky_key_hash(key) or 1
+                cached[entry.entry_id] = key_hash
+            hashes.append(key_hash)
+        return hashes
+
+    def _protobuf_hash(self, entry: Entry) -> int:
+        """The hash of an entry the wire-format walk declined, through protobuf."""
+        try:
+            return protobuf_key_hash(entry)
+        except ProtocolError as error:
+            # Stored before metadata was checked on SEND (or damaged since): one such
+            # entry must not stop the subscription. It is routed as having no key.
+            if not self._unparseable_logged:
+                self._unparseable_logged = True
+                log.warning(
+                    "entry %d has unparseable metadata (%s); delivered as having no key "
+                    "(logged once per subscription)",
+                    entry.entry_id,
+                    error.reason,
+                )
+            return NO_KEY_HASH
 
     def delivered(self, consumer: Consumer, entry: Entry) -> None:
         """``entry`` is now pending at ``consumer``."""
         self.pending_hashes[entry.entry_id] = self._key_hashes.pop(entry.entry_id, 0)
+
+    def delivered_batch(self, consumer: Consumer, batch: Iterable[Entry]) -> None:
+        """:meth:`delivered` for each entry of ``batch``."""
+        pending = self.pending_hashes
+        take = self._key_hashes.pop
+        for entry in batch:
+            entry_id = entry.entry_id
+            pending[entry_id] = take(entry_id, 0)
 
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool = False) -> int:
         """``consumer``'s pending ``entry_id`` was acked or sent back; returns its hash."""
@@ -272,10 +318,13 @@ class KeySharedRules:
         batches: dict[Consumer, list[Entry]] = {}
         held: list[tuple[Entry, int]] = []
         blocked: set[int] = set()
-        key_hash = self.key_hash
-        hashes = [key_hash(entry) for entry in entries]
+        hashes = self.key_hashes(entries)
         owners = self.selector.select_batch(hashes)
         ordered = self.ordered
+        # Asked once per read: nothing below adds to the replay set or the draining hashes
+        # (should_block only drops them), so an empty one stays empty through the loop.
+        waiting = ordered and not from_replay and bool(replay)
+        draining = self.draining if ordered and len(self.draining) else None
         for entry, h, consumer in zip(entries, hashes, owners, strict=True):
             if h in blocked:
                 held.append((entry, h))
@@ -284,13 +333,17 @@ class KeySharedRules:
                 blocked.add(h)
                 held.append((entry, h))
                 continue
-            if ordered and (
-                (not from_replay and replay.has_hash(h)) or self.draining.should_block(consumer, h)
+            if (waiting and replay.has_hash(h)) or (
+                draining is not None and draining.should_block(consumer, h)
             ):
                 blocked.add(h)
                 held.append((entry, h))
                 continue
-            batches.setdefault(consumer, []).append(entry)
+            batch = batches.get(consumer)
+            if batch is None:
+                batches[consumer] = [entry]
+            else:
+                batch.append(entry)
             budgets[consumer] = budget - entry.num_messages
         return batches, held
 
@@ -393,8 +446,7 @@ class KeySharedStrategy(Strategy):
         return held
 
     def delivered(self, consumer: Consumer, batch: list[Entry]) -> None:
-        for entry in batch:
-            self.rules.delivered(consumer, entry)
+        self.rules.delivered_batch(consumer, batch)
 
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:
         return self.rules.released(consumer, entry_id, closing=closing)

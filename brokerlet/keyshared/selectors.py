@@ -7,8 +7,9 @@ attribute assignment and returns the `ImpactedRanges`: the diff of the snapshots
 before and after, which the dispatcher turns into draining hashes (PIP-379).
 
 Selection never touches the sorted structure: `select` and `select_batch` read
-``self.snapshot`` once and binary-search it, so they are safe to call from any thread
-or greenlet while membership changes.
+``self.snapshot`` once and look the slot up in its per-slot owner table (two indexes,
+cheaper than the binary search on its range ends that the table is built from), so
+they are safe to call from any thread or greenlet while membership changes.
 
 Slot reduction per selector, as in Pulsar's ``StickyKeyConsumerSelectorUtils``
 (``hash % size + start``, and a result of 0 becomes 1 because 0 means "no hash"):
@@ -24,7 +25,6 @@ STICKY             ``[0, 65535]``   ``h % 65536`` (0 -> 1)
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any, Generic, Protocol
@@ -126,15 +126,15 @@ class _ModuloSlots(_SnapshotPublisher[C]):
         return key_hash % self.range_size or 1
 
     def select(self, key_hash: int) -> C | None:
-        snapshot = self.snapshot
-        return snapshot.owners[bisect_left(snapshot.ends, key_hash % self.range_size or 1)]
+        snapshot = self.snapshot  # starts at slot 0: a slot is its own table index
+        return snapshot.slot_owners[snapshot.slot_index[key_hash % self.range_size or 1]]
 
     def select_batch(self, key_hashes: Sequence[int]) -> list[C | None]:
         snapshot = self.snapshot
-        ends = snapshot.ends
-        owners = snapshot.owners
+        owners = snapshot.slot_owners
+        index = snapshot.slot_index
         size = self.range_size
-        return [owners[bisect_left(ends, key_hash % size or 1)] for key_hash in key_hashes]
+        return [owners[index[key_hash % size or 1]] for key_hash in key_hashes]
 
 
 def _check_range_size(range_size: int) -> None:
@@ -309,15 +309,15 @@ class ConsistentHashingSelector(_SnapshotPublisher[C]):
 
     def select(self, key_hash: int) -> C | None:
         snapshot = self.snapshot
-        # bisect_left(ends, r + 1) == bisect_right(ends, r) for integers: saves the add.
-        return snapshot.owners[bisect_right(snapshot.ends, key_hash % self._modulus)]
+        # Slot r + 1 sits at table index r, the snapshot starting at slot 1: saves the add.
+        return snapshot.slot_owners[snapshot.slot_index[key_hash % self._modulus]]
 
     def select_batch(self, key_hashes: Sequence[int]) -> list[C | None]:
         snapshot = self.snapshot
-        ends = snapshot.ends
-        owners = snapshot.owners
+        owners = snapshot.slot_owners
+        index = snapshot.slot_index
         modulus = self._modulus
-        return [owners[bisect_right(ends, key_hash % modulus)] for key_hash in key_hashes]
+        return [owners[index[key_hash % modulus]] for key_hash in key_hashes]
 
     def point_slots(self, consumer: C, name_index: int) -> list[int]:
         """The ring slots of `consumer`'s points for a given name index."""

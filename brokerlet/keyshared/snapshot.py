@@ -4,7 +4,10 @@ A `Snapshot` describes which consumer owns every slot of a selector's range as t
 parallel tuples: sorted, strictly increasing range ends and the owner of each range.
 Range ``i`` covers ``(ends[i - 1], ends[i]]``; the first range starts at `start` and
 the last end is the top of the selector's range, so every slot in it has an entry.
-Selecting is one `bisect_left` and one tuple index.
+Selecting is one `bisect_left` and one tuple index, or, cheaper, two indexes into the
+per-slot owner table the snapshot builds once when it is made: `slot_index` holds, for
+each slot from `start`, the position of its owner in `slot_owners`. The sorted range
+ends stay the authority; the table is derived from them and never changes either.
 
 Selectors publish a new snapshot by a single attribute assignment after each
 membership change, so a reader that loads ``selector.snapshot`` once sees either the
@@ -17,6 +20,7 @@ dicts, so consumer objects should hash by identity too (brokerlet's `Consumer` i
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -97,11 +101,16 @@ class Snapshot(Generic[C]):
             strictly increasing from `start`.
     """
 
-    __slots__ = ("ends", "owners", "start")
+    __slots__ = ("ends", "owners", "slot_index", "slot_owners", "start")
 
     start: int
     ends: tuple[int, ...]
     owners: tuple[C | None, ...]
+    slot_owners: tuple[C | None, ...]
+    """Each distinct owner (``None`` included when some slot is unowned), once."""
+    slot_index: bytes | array[int]
+    """The position in `slot_owners` of the owner of each slot ``start + i``: one byte a
+    slot (64 KiB), or an ``array('H')`` when there are more than 255 distinct owners."""
 
     def __init__(self, start: int, ends: Sequence[int], owners: Sequence[C | None]) -> None:
         ends = tuple(ends)
@@ -116,6 +125,9 @@ class Snapshot(Generic[C]):
         object.__setattr__(self, "start", start)
         object.__setattr__(self, "ends", ends)
         object.__setattr__(self, "owners", owners)
+        slot_owners, slot_index = _slot_table(start, ends, owners)
+        object.__setattr__(self, "slot_owners", slot_owners)
+        object.__setattr__(self, "slot_index", slot_index)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Snapshot is immutable")
@@ -159,13 +171,18 @@ class Snapshot(Generic[C]):
 
     def select(self, slot: int) -> C | None:
         """The owner of `slot`, which must lie in ``[start, last]``."""
-        return self.owners[bisect_left(self.ends, slot)]
+        return self.slot_owners[self.slot_index[slot - self.start]]
 
     def select_many(self, slots: Sequence[int]) -> list[C | None]:
         """The owner of each slot, all read from this one snapshot."""
-        ends = self.ends
-        owners = self.owners
-        return [owners[bisect_left(ends, slot)] for slot in slots]
+        owners = self.slot_owners
+        index = self.slot_index
+        start = self.start
+        return [owners[index[slot - start]] for slot in slots]
+
+    def search(self, slot: int) -> C | None:
+        """The owner of `slot` by binary search on the range ends (the authority)."""
+        return self.owners[bisect_left(self.ends, slot)]
 
     def items(self) -> Iterator[tuple[HashRange, C | None]]:
         """Every range in slot order with its owner, unowned ranges included."""
@@ -189,6 +206,34 @@ class Snapshot(Generic[C]):
 
     def __repr__(self) -> str:
         return f"Snapshot(start={self.start}, ranges={len(self.ends)}, last={self.last})"
+
+
+def _slot_table(
+    start: int, ends: tuple[int, ...], owners: tuple[C | None, ...]
+) -> tuple[tuple[C | None, ...], bytes | array[int]]:
+    """The distinct owners and each slot's index into them, unrolled from the ranges.
+
+    One repeated piece per range, joined in C: about 2 ms for 50 consistent-hashing
+    consumers (4,700 ranges) on the 2-core bench machine, once per membership change.
+    """
+    position: dict[int, int] = {}
+    distinct: list[C | None] = []
+    indexes: list[int] = []
+    for owner in owners:
+        at = position.get(id(owner))
+        if at is None:
+            at = position[id(owner)] = len(distinct)
+            distinct.append(owner)
+        indexes.append(at)
+    widths = [end - low for end, low in zip(ends, (start - 1, *ends[:-1]), strict=True)]
+    table: bytes | array[int]
+    if len(distinct) <= 255:
+        table = b"".join([bytes((at,)) * width for at, width in zip(indexes, widths, strict=True)])
+    else:
+        table = array("H")
+        for at, width in zip(indexes, widths, strict=True):
+            table.extend(array("H", (at,)) * width)
+    return tuple(distinct), table
 
 
 def _append_merged(ends: list[int], owners: list[C | None], end: int, owner: C | None) -> None:

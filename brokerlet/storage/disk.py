@@ -179,7 +179,6 @@ class DiskLedger:
     def closed(self) -> bool:
         return self._closed
 
-
     @property
     def cursors(self) -> CursorStore:
         """The durable cursors of this topic's subscriptions."""

@@ -55,7 +55,7 @@ from brokerlet.transport.protocol._replies import (
     encode_ack_response,
     encode_consumer_stats_response,
 )
-from brokerlet.transport.protocol._scan import deliver_at_time, publish_time
+from brokerlet.transport.protocol._scan import deliver_at_time, publish_time, sticky_key
 
 __all__ = [
     "MAGIC_BROKER_ENTRY_METADATA",
@@ -93,5 +93,6 @@ __all__ = [
     "publish_time",
     "repack_entry",
     "split_batch",
+    "sticky_key",
     "unpack_entry",
 ]
