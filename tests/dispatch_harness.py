@@ -57,6 +57,7 @@ class FakeChannel:
 
     def __init__(self) -> None:
         self.writable = True
+        self.send_blocked = False
 
     def statistics(self) -> ChannelStatistics:
         return ChannelStatistics(self.writable, 0, 0, 0, 0, False)

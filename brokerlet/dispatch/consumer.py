@@ -112,6 +112,17 @@ class Consumer:
     def writable(self) -> bool:
         return self.connection.channel.writable
 
+    @property
+    def accepting(self) -> bool:
+        """Writable, and the kernel took all of the last send: a write now is sent at once.
+
+        A paused client's socket fills while the channel is still under its high watermark;
+        writes queued then wait for the client, and so would the read their completion
+        requests. Until its writes complete, the consumer gets nothing more.
+        """
+        channel = self.connection.channel
+        return channel.writable and not channel.send_blocked
+
     def flow(self, permits: int) -> None:
         """Add FLOW permits, to the dispatcher's total too while accounted; request a read.
 

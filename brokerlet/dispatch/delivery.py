@@ -89,11 +89,12 @@ class DeliveryBook:
     # Who can take entries.
 
     def available(self, consumer: Consumer) -> bool:
-        """Can take entries now: permits left, not blocked on unacked messages, writable."""
+        """Can take entries now: permits left, not blocked on unacked messages, accepting
+        writes (see `Consumer.accepting`)."""
         return (
             consumer.permits > 0
             and not consumer.blocked
-            and (consumer.writable or not self._gating)
+            and (consumer.accepting or not self._gating)
         )
 
     def budget(self, consumer: Consumer) -> int:

@@ -92,6 +92,7 @@ class SubscriptionStats:
                     "msgThroughputOut": c.throughput_out.sample(c.bytes_out),
                     "isActive": strategy.is_active(c),
                     "writable": channel.writable,
+                    "sendBlocked": c.connection.channel.send_blocked,  # the kernel buffer is full
                     "pendingOutboundBytes": channel.pending_bytes,
                     "writabilityChanges": channel.writability_changes,
                     **strategy.consumer_stats(c),
