@@ -74,8 +74,13 @@ def test_watermarks_flips_and_completions_match_plain_tcp(tls_pair: tuple[Any, A
         if writable:
             writable_again.set()
 
+    kernel_full = gevent.event.Event()
     channel = Channel(
-        server, high_watermark=64 * 1024, low_watermark=32 * 1024, on_writability_changed=flipped
+        server,
+        high_watermark=64 * 1024,
+        low_watermark=32 * 1024,
+        on_writability_changed=flipped,
+        on_send_blocked=kernel_full.set,
     )
     assert not channel._vectored, "an SSL socket takes the joined-buffer path"
     done: list[int] = []
@@ -83,7 +88,7 @@ def test_watermarks_flips_and_completions_match_plain_tcp(tls_pair: tuple[Any, A
     for index in range(0, len(chunks), 4):
         channel.write(chunks[index : index + 4], lambda _e, i=index: done.append(i))
     assert flips == [False], "unwritable at once: the peer is not reading"
-    gevent.sleep(0.05)
+    assert kernel_full.wait(WAIT), "the writer never filled the kernel's buffer"
     assert not channel.writable
     assert channel.pending_bytes > 0
     received = gevent.spawn(read_exactly, client, sum(map(len, chunks)))
@@ -98,12 +103,28 @@ def test_watermarks_flips_and_completions_match_plain_tcp(tls_pair: tuple[Any, A
 def test_a_timed_out_ssl_send_is_retried_not_fatal(tls_pair: tuple[Any, Any]) -> None:
     server, client = tls_pair
     server.settimeout(0.05)  # the reader's keep-alive timeout applies to sends too
+    timeouts: list[BaseException] = []
+    several_timed_out = gevent.event.Event()
+    send = server.send
+
+    def counting_send(data: Any) -> int:
+        try:
+            sent: int = send(data)
+        except (TimeoutError, ssl.SSLError) as error:
+            timeouts.append(error)
+            if len(timeouts) >= 3:
+                several_timed_out.set()
+            raise
+        return sent
+
+    server.send = counting_send
     closed: list[BaseException | None] = []
     channel = Channel(server, on_closed=closed.append)
     payload = b"x" * (512 * 1024)
     finished = gevent.event.Event()
     channel.write(payload, lambda error: finished.set() if error is None else None)
-    gevent.sleep(0.3)  # several send timeouts while the peer does not read
+    # Several send timeouts while the peer does not read.
+    assert several_timed_out.wait(WAIT), f"only {len(timeouts)} send timeouts"
     assert not closed, "a send timeout must not close the channel"
     assert read_exactly(client, len(payload)) == payload
     assert finished.wait(WAIT)

@@ -147,10 +147,9 @@ class Channel:
       crossed the high watermark; ``on_writability_changed(True)`` runs in the writer
       greenlet once pending bytes drop below the low watermark (before the callbacks of
       the writes that send completed). Each flip is reported exactly once;
-    * ``on_send_blocked()`` runs in the writer greenlet when the kernel takes only part of
-      what was offered after taking all of it before (its buffer is full, and the writes
-      after that point wait for the peer to read), before the writer waits for the socket;
-      :attr:`send_blocked` stays True until a send takes all it is offered;
+    * ``on_send_blocked()`` runs as a loop callback once the writer has parked in a send
+      (the kernel's buffer is full, and what is written now waits for the peer to read), on
+      plain and TLS sockets alike; :attr:`send_blocked` is True while it stays parked;
     * when the channel closes, every pending write's callback gets a :class:`ChannelClosed`,
       then ``on_closed`` runs once, in the greenlet that closed it (the owner's for
       :meth:`close`, the writer's for a socket error).
@@ -169,7 +168,7 @@ class Channel:
         low_watermark: an unwritable channel turns writable once pending bytes drop
             below this.
         on_writability_changed: called with the new value on each flip.
-        on_send_blocked: called when a send fills the kernel's buffer (see above).
+        on_send_blocked: called when the writer parks in a send (see above).
         on_closed: called once when the channel closes, with the socket error that
             closed it, or with what was passed to :meth:`close`.
         name: a label for logs and the writer greenlet.
@@ -206,13 +205,15 @@ class Channel:
         self._low = low_watermark
         self._on_writability_changed = on_writability_changed
         self._on_send_blocked = on_send_blocked
+        self._loop = gevent.get_hub().loop
         self._on_closed = on_closed
         self._queue: deque[_PendingWrite] = deque()
         # Writes wholly in the kernel whose callbacks have not run yet.
         self._finishing: deque[_PendingWrite] = deque()
         self._wakeup = gevent.event.Event()
         self._writable = True
-        self._blocked = False  # the last send filled the kernel's buffer
+        self._in_send = False  # seen True by others only while the writer is parked in it
+        self._park_check_pending = False
         self._closed = False
         self._close_cause: BaseException | None = None
         self._pending_bytes = 0
@@ -237,9 +238,10 @@ class Channel:
 
     @property
     def send_blocked(self) -> bool:
-        """The kernel's buffer was full at the last send: what is written now waits for the
-        peer to read (the channel may still be writable, under its high watermark)."""
-        return self._blocked
+        """The writer is parked in a send: the kernel's buffer is full, and what is written
+        now waits for the peer to read (the channel may still be writable, under its high
+        watermark)."""
+        return self._in_send
 
     @property
     def pending_bytes(self) -> int:
@@ -324,16 +326,11 @@ class Channel:
                 self._wakeup.wait()
                 self._wakeup.clear()
                 while self._queue and not self._closed:
-                    buffers, offered = self._gather()
+                    buffers = self._gather()
                     sent = self._send(buffers) if buffers else 0
                     if sent is None:
                         return
                     self._complete(sent)
-                    blocked = sent < offered
-                    if blocked and not self._blocked and self._on_send_blocked is not None:
-                        self._blocked = True
-                        self._notify_blocked()
-                    self._blocked = blocked
         except Exception as exc:
             logger.exception("%r: writer failed", self)
             self._shutdown(exc)
@@ -341,8 +338,7 @@ class Channel:
             self._shutdown(exc)
             raise
 
-    def _gather(self) -> tuple[list[memoryview], int]:
-        """The next buffers to send, and their total size."""
+    def _gather(self) -> list[memoryview]:
         buffers: list[memoryview] = []
         total = 0
         for pending in self._queue:
@@ -350,18 +346,31 @@ class Channel:
                 buffers.append(buffer)
                 total += len(buffer)
                 if len(buffers) >= MAX_IOVECS or total >= self._max_send:
-                    return buffers, total
-        return buffers, total
+                    return buffers
+        return buffers
 
-    def _notify_blocked(self) -> None:
-        assert self._on_send_blocked is not None
-        try:
-            self._on_send_blocked()
-        except Exception:
-            logger.exception("%r: on_send_blocked raised", self)
+    def _check_parked(self) -> None:
+        """A loop callback queued before a send: it runs at the writer's first yield, which
+        is the send parking if the kernel's buffer is full, or a later idle wait if not."""
+        self._park_check_pending = False
+        if self._in_send and not self._closed and self._on_send_blocked is not None:
+            try:
+                self._on_send_blocked()
+            except Exception:
+                logger.exception("%r: on_send_blocked raised", self)
 
     def _send(self, buffers: list[memoryview]) -> int | None:
         """Hand buffers to the kernel; return the bytes taken, or None once closed."""
+        if self._on_send_blocked is not None and not self._park_check_pending:
+            self._park_check_pending = True
+            self._loop.run_callback(self._check_parked)
+        self._in_send = True
+        try:
+            return self._send_now(buffers)
+        finally:
+            self._in_send = False
+
+    def _send_now(self, buffers: list[memoryview]) -> int | None:
         if not self._vectored:
             return self._send_joined(buffers)
         while True:
