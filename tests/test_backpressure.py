@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -288,21 +287,25 @@ def settled_consumer_stats(
     Settled means two snapshots a poll apart show the same messages out and the same read
     passes: the dispatcher has neither sent nor tried anything in between.
     """
-    deadline = time.monotonic() + timeout
-    previous: tuple[int, int] | None = None
-    while True:
+    previous: list[tuple[int, int] | None] = [None]
+
+    def unchanged_since_last_poll() -> dict[str, Any] | None:
         stats = broker.topic_stats(topic)
         assert stats is not None
         sub = stats["subscriptions"][subscription]
         (consumer,) = sub["consumers"]
         snapshot = (consumer["msgOutCounter"], sub["readPasses"])
-        if snapshot == previous:
-            result: dict[str, Any] = consumer
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"dispatch to {subscription} never settled: {snapshot}")
-        previous = snapshot
-        time.sleep(0.05)  # polling the broker's stats from the test thread
+        settled = snapshot == previous[0]
+        previous[0] = snapshot
+        return consumer if settled else None
+
+    result: dict[str, Any] = wait_until(
+        unchanged_since_last_poll,
+        message=lambda: f"dispatch to {subscription} to settle (last snapshot {previous[0]})",
+        timeout=timeout,
+        interval=0.05,
+    )
+    return result
 
 
 def assert_http_stats_show_the_paused_consumer(broker: Broker) -> None:
