@@ -53,7 +53,7 @@ class TopicCompaction:
 
     def load(self) -> None:
         """Read the stored view (disk topics), on the hub's thread pool."""
-        if self.view is not None or self.directory is None or getattr(self.ledger, "new", False):
+        if self.view is not None or self.directory is None or self.ledger.new:
             self._keep_with_ledger()  # a new topic has no stored view: no thread-pool hop
             return
         try:

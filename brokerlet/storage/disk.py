@@ -149,9 +149,7 @@ class DiskLedger:
         self._cache = TailCache(cache_bytes, self._last + 1)
         self._closed = False
         self.consumed_up_to: int | None = None
-        # Created by this run and not yet on disk: no file of it (a compacted view, a
-        # terminated mark) can exist, so opening the topic need not look for any.
-        self.new = bool(recovered.log.uncreated)
+        self.new = bool(recovered.log.uncreated)  # see Ledger.new
 
     @property
     def ledger_id(self) -> int:

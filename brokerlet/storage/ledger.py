@@ -91,6 +91,10 @@ class Ledger(Protocol):
     """The slowest durable subscription's mark-delete id (None: no durable subscription);
     set by the topic, read by retention (`brokerlet.storage.retention`)."""
 
+    new: bool
+    """Created by this run and not yet on disk: no file of it (a compacted view, a terminated
+    mark, a cursors file) can exist, so opening its topic looks for none."""
+
     def close(self) -> None: ...
 
 
@@ -117,6 +121,7 @@ class MemoryLedger:
         self._chunks: list[list[int]] = []
         self._closed = False
         self.consumed_up_to: int | None = None
+        self.new = False  # nothing of it is ever on disk, so there is nothing to skip
         self.compacted_view: object = None  # kept here so it outlives the topic actor
 
     @property

@@ -187,7 +187,7 @@ class TopicOps:
 
     def _load_terminated(self) -> int | None:
         path = self._terminated_path()
-        if path is None or getattr(self.t.ledger, "new", False) or not os.path.exists(path):
+        if path is None or self.t.ledger.new or not os.path.exists(path):
             return None
         with open(path, encoding="ascii") as file:
             return int(file.read().strip())
