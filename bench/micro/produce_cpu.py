@@ -50,8 +50,8 @@ def _read_until(sock: socket.socket, decoder: FrameDecoder, wanted: int) -> list
     return commands
 
 
-def measure(broker: ChildBroker, messages: int) -> float:
-    """Send ``messages`` SENDs to a new topic; return the broker's CPU µs per message."""
+def measure(broker: ChildBroker, messages: int, topic: str | None = None) -> float:
+    """Send ``messages`` SENDs to ``topic`` (None: a new one); the broker's CPU µs per message."""
     host, port = broker.service_url.removeprefix("pulsar://").rsplit(":", 1)
     sock = socket.create_connection((host, int(port)))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -65,7 +65,8 @@ def measure(broker: ChildBroker, messages: int) -> float:
         )
     )
     _read_until(sock, decoder, 1)
-    topic = f"persistent://public/default/cpu-{uuid.uuid4().hex[:8]}"
+    if topic is None:
+        topic = f"persistent://public/default/cpu-{uuid.uuid4().hex[:8]}"
     sock.sendall(
         encode_command(
             T(
