@@ -26,6 +26,7 @@ import gevent
 import gevent.event
 import gevent.queue
 import gevent.socket
+import greenlet
 import pytest
 
 from brokerlet.transport.channel import (
@@ -100,11 +101,17 @@ class ScriptedSocket:
         self._grants: gevent.queue.SimpleQueue[int | BaseException] = gevent.queue.SimpleQueue()
         self.sent = bytearray()
         self.closed = False
+        self.nonblocking_tries = 0
 
     def gettimeout(self) -> float | None:
         return None
 
-    def sendmsg(self, buffers: list[memoryview]) -> int:
+    def sendmsg(self, buffers: list[memoryview], ancdata: object = (), flags: int = 0) -> int:
+        if flags & socket.MSG_DONTWAIT:
+            # The loop's non-blocking try: this kernel never takes bytes without a grant, so
+            # every write reaches the writer greenlet, whose sends the test scripts.
+            self.nonblocking_tries += 1
+            raise BlockingIOError(errno.EAGAIN, "would block")
         self.offers.put(list(buffers))
         grant = self._grants.get()
         if isinstance(grant, BaseException):
@@ -765,6 +772,81 @@ def test_many_small_writes_share_a_sendmsg() -> None:
     assert max(server.iovec_counts) <= MAX_IOVECS
     assert len(server.iovec_counts) <= 30, server.iovec_counts
     assert channel.statistics().writes == count
+
+
+def _runs_of(glet: Any) -> Callable[[], int]:
+    """Count the switches into ``glet`` from now on; returns a reader of the count."""
+    runs = 0
+    previous = greenlet.gettrace()
+
+    def trace(event: str, args: tuple[Any, Any]) -> None:
+        nonlocal runs
+        if event in ("switch", "throw") and args[1] is glet:
+            runs += 1
+        if previous is not None:
+            previous(event, args)
+
+    greenlet.settrace(trace)
+    return lambda: runs
+
+
+def test_writes_that_fit_are_flushed_by_the_loop_without_waking_the_writer(
+    channels: Callable[..., Channel],
+) -> None:
+    """Three writes in one turn leave in one non-blocking send from a loop callback: the
+    writer greenlet, two switches per write before, never runs while the kernel has room."""
+    server, peer = _connected_pair(0, server_class=CountingSocket)
+    channel = channels(server)
+    outcomes = Outcomes()
+    gevent.sleep(0)  # the writer's first run: it starts and waits for work
+    writer_runs = _runs_of(channel._writer)
+    try:
+        for index in range(3):
+            channel.write(bytes([index]) * 100, outcomes.callback(index))
+        assert outcomes.results == [], "completions never run inside write()"
+        outcomes.wait_for(3)
+        assert _read_exactly(peer, 300) == bytes([0]) * 100 + bytes([1]) * 100 + bytes([2]) * 100
+    finally:
+        greenlet.settrace(None)
+        peer.close()
+    assert writer_runs() == 0
+    assert server.iovec_counts == [3], "one sendmsg for the three writes"
+    assert outcomes.indices == [0, 1, 2]
+
+
+def test_what_the_kernel_does_not_take_at_once_goes_through_the_writer_in_order(
+    tcp_pair: tuple[gevent.socket.socket, gevent.socket.socket],
+    channels: Callable[..., Channel],
+) -> None:
+    """A write larger than the socket's buffers is partly sent by the loop's try, the rest by
+    the writer parked in its send; writes made meanwhile queue behind it, and once the queue
+    is empty the loop flushes again."""
+    server, peer = tcp_pair
+    blocked = gevent.event.Event()
+    channel = channels(
+        server, high_watermark=1 << 22, low_watermark=1 << 21, on_send_blocked=blocked.set
+    )
+    outcomes = Outcomes()
+    writer_runs = _runs_of(channel._writer)
+    big = random.Random(7).randbytes(512 * 1024)
+    try:
+        channel.write(big, outcomes.callback(0))
+        assert blocked.wait(WAIT), "the writer parks in its send and reports it"
+        assert writer_runs() >= 1
+        assert channel.send_blocked
+        channel.write(b"after", outcomes.callback(1))
+        received = _read_exactly(peer, len(big) + 5)
+        outcomes.wait_for(2)
+        assert received == big + b"after"
+        runs = writer_runs()
+        channel.write(b"later", outcomes.callback(2))
+        outcomes.wait_for(3)
+        assert _read_exactly(peer, 5) == b"later"
+        assert writer_runs() == runs, "with the queue empty again, the loop flushes"
+    finally:
+        greenlet.settrace(None)
+    assert outcomes.indices == [0, 1, 2]
+    assert all(error is None for _, error in outcomes.results)
 
 
 def test_gather_is_capped_by_bytes() -> None:

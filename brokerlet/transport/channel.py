@@ -1,8 +1,11 @@
 """An outbound buffer for one gevent socket: watermarks, write completions, one writer.
 
 A :class:`Channel` turns a socket into something an actor can write to without ever
-blocking. ``write()`` only queues; a single writer greenlet gathers queued buffers into
-vectored ``sendmsg`` calls, and it alone parks when the kernel's send buffer is full. The
+blocking. ``write()`` only queues. A loop callback, once per loop pass, gathers what was
+queued into one vectored ``sendmsg`` that does not wait; whatever the kernel does not take
+at once is left to the channel's writer greenlet, which alone parks until the kernel's send
+buffer has room, and sends everything queued behind it too. Most writes never wake the
+writer (two greenlet switches each, a large share of a small write's cost). The
 bytes queued but not yet handed to the kernel are the channel's *pending* bytes, and two
 watermarks turn them into a writability signal (the same rule as Netty's
 ``WriteBufferWaterMark``):
@@ -20,7 +23,8 @@ received them; only an application-level acknowledgement says that.
 Backpressure only reaches the watermarks if the kernel's buffers are bounded; see
 :mod:`brokerlet.transport.sockopts`.
 
-Over TLS there is no vectored write (an ``SSLSocket`` has no ``sendmsg``): the writer joins
+Over TLS there is no vectored write (an ``SSLSocket`` has no ``sendmsg``) and no
+non-blocking try: every write goes through the writer, which joins
 the gathered buffers into one record-sized send instead, and retries it unchanged after a
 timeout, as OpenSSL requires. Completions then mean "encrypted and handed to the kernel";
 watermarks and writability work the same.
@@ -31,6 +35,7 @@ Everything here runs on one gevent hub; a channel is not thread-safe.
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -141,18 +146,22 @@ class Channel:
 
     The constructor spawns the writer greenlet in the current hub. Callbacks run as follows:
 
-    * a write's ``callback(None)`` runs in the writer greenlet once all of that write's
-      bytes are in the kernel, in write order;
+    * a write's ``callback(None)`` runs once all of that write's bytes are in the kernel,
+      in write order, never inside ``write()``: in the loop callback that flushed it, or in
+      the writer greenlet;
     * ``on_writability_changed(False)`` runs synchronously inside the ``write()`` that
-      crossed the high watermark; ``on_writability_changed(True)`` runs in the writer
-      greenlet once pending bytes drop below the low watermark (before the callbacks of
-      the writes that send completed). Each flip is reported exactly once;
+      crossed the high watermark; ``on_writability_changed(True)`` runs where the write
+      callbacks do, once pending bytes drop below the low watermark (before the callbacks
+      of the writes that send completed). Each flip is reported exactly once;
     * ``on_send_blocked()`` runs as a loop callback once the writer has parked in a send
       (the kernel's buffer is full, and what is written now waits for the peer to read), on
       plain and TLS sockets alike; :attr:`send_blocked` is True while it stays parked;
     * when the channel closes, every pending write's callback gets a :class:`ChannelClosed`,
-      then ``on_closed`` runs once, in the greenlet that closed it (the owner's for
-      :meth:`close`, the writer's for a socket error).
+      then ``on_closed`` runs once, where it was closed (the owner's greenlet for
+      :meth:`close`; the flush callback or the writer for a socket error).
+
+    Callbacks that run in the flush callback run on the hub, so they must not block (they
+    never did: they ran in the writer, and a blocked writer stops the channel).
 
     An exception raised by any callback is logged and otherwise ignored; it never stops
     the writer. Callbacks may call :meth:`write` and :meth:`close`.
@@ -213,6 +222,10 @@ class Channel:
         self._wakeup = gevent.event.Event()
         self._writable = True
         self._in_send = False  # seen True by others only while the writer is parked in it
+        # The writer greenlet owns the socket from a failed try until the queue is empty;
+        # otherwise writes are flushed by a loop callback without waking it.
+        self._writer_active = not self._vectored
+        self._flush_pending = False
         self._park_check_pending = False
         self._closed = False
         self._close_cause: BaseException | None = None
@@ -289,7 +302,11 @@ class Channel:
             return
         self._queue.append(_PendingWrite(buffers, callback))
         self._pending_bytes += size
-        self._wakeup.set()
+        if self._writer_active:
+            self._wakeup.set()
+        elif not self._flush_pending:
+            self._flush_pending = True
+            self._loop.run_callback(self._flush)
         if self._writable and self._pending_bytes > self._high:
             self._set_writable(False)
 
@@ -318,6 +335,35 @@ class Channel:
             closed=self._closed,
         )
 
+    # -- flushing without the writer ---------------------------------------------------
+
+    def _flush(self) -> None:
+        """A loop callback: hand what is queued to the kernel without blocking.
+
+        Most writes fit in the kernel's buffer: sending them here, once per loop pass for
+        everything written since, saves waking the writer greenlet (two switches) per write.
+        What the kernel does not take at once is left to the writer, which parks in its send.
+        """
+        self._flush_pending = False
+        try:
+            while self._queue and not self._closed and not self._writer_active:
+                buffers = self._gather()
+                size = sum(len(buffer) for buffer in buffers)
+                try:
+                    sent = self._sock.sendmsg(buffers, (), socket.MSG_DONTWAIT) if size else 0
+                except BlockingIOError:
+                    sent = 0
+                except OSError as exc:
+                    self._shutdown(exc)
+                    return
+                if sent < size:
+                    self._writer_active = True
+                    self._wakeup.set()
+                self._complete(sent)
+        except Exception as exc:
+            logger.exception("%r: flush failed", self)
+            self._shutdown(exc)
+
     # -- the writer greenlet -------------------------------------------------------------
 
     def _run_writer(self) -> None:
@@ -331,6 +377,8 @@ class Channel:
                     if sent is None:
                         return
                     self._complete(sent)
+                if self._vectored:
+                    self._writer_active = False  # later writes are flushed by the loop
         except Exception as exc:
             logger.exception("%r: writer failed", self)
             self._shutdown(exc)
