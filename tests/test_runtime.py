@@ -12,6 +12,7 @@ import pykka
 import pytest
 
 from brokerlet.actors._runtime import (
+    FairInbox,
     GeventActor,
     GeventFuture,
     HandlerTimeout,
@@ -361,3 +362,44 @@ def test_take_turn_lets_a_due_timer_run_after_one_round_of_turns(busy: int) -> N
     assert fired.is_set()
     # 1 ms of 0.3 ms turns is about 4; a round of every spinner on either side of the expiry.
     assert turns <= 4 + 2 * busy + 2, f"{turns} turns of 0.3 ms before a 1 ms timer ran"
+
+
+def test_the_inbox_hands_items_to_its_waiting_reader_in_order() -> None:
+    inbox = FairInbox()
+    got: list[int] = []
+
+    def read() -> None:
+        for _ in range(3):
+            got.append(inbox.get())
+
+    reader = gevent.spawn(read)
+    gevent.sleep(0)  # the reader starts and waits on the empty inbox
+    for item in (1, 2, 3):
+        inbox.put(item)
+    reader.join(timeout=WAIT)
+    assert got == [1, 2, 3]
+    assert inbox.empty()
+    assert inbox.qsize() == 0
+
+
+def test_the_inbox_refuses_what_it_cannot_do() -> None:
+    inbox = FairInbox()
+    with pytest.raises(queue.Empty):
+        inbox.get(block=False)
+    with pytest.raises(ValueError, match="no timeout"):
+        inbox.get(timeout=1.0)
+    inbox.put("x")
+    assert inbox.get(block=False) == "x"
+
+
+def test_a_reader_killed_while_waiting_leaves_the_inbox_working() -> None:
+    """A put after its waiting reader was killed must not switch into the dead greenlet,
+    and the item stays for the next reader."""
+    inbox = FairInbox()
+    doomed = gevent.spawn(inbox.get)
+    gevent.sleep(0)  # it waits on the empty inbox
+    doomed.kill(timeout=WAIT)
+    assert doomed.dead
+    inbox.put("kept")
+    assert inbox.qsize() == 1
+    assert gevent.spawn(inbox.get).get(timeout=WAIT) == "kept"
