@@ -40,7 +40,7 @@ import greenlet
 
 from brokerlet import Broker
 
-__all__ = ["READY_PREFIX", "TICK_S", "Meter", "main"]
+__all__ = ["READY_PREFIX", "TICK_S", "Meter", "greenlet_kind", "main"]
 
 READY_PREFIX = "stall probe ready on "
 TICK_S = 0.001
@@ -82,7 +82,7 @@ class Meter:
         now, cpu = time.perf_counter(), time.thread_time()
         ran, ran_cpu = now - self._switched_at, cpu - self._switched_cpu
         self._switched_at, self._switched_cpu = now, cpu
-        name = _greenlet_name(args[0])
+        name = greenlet_kind(args[0])
         if ran_cpu > self.longest_runs.get(name, (0.0, 0.0))[1]:
             self.longest_runs[name] = (ran, ran_cpu)
 
@@ -158,7 +158,7 @@ class Meter:
             self.gc_pauses.append((took, int(info.get("generation", -1))))
 
 
-def _greenlet_name(glet: Any) -> str:
+def greenlet_kind(glet: Any) -> str:
     """A greenlet's name without its serial number, so one kind of greenlet is one row."""
     if isinstance(glet, gevent.hub.Hub):
         return "hub (watcher callbacks)"
