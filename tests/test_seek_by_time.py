@@ -199,15 +199,12 @@ def test_reader_seek_by_id_lands_inclusive_or_after(
 
 
 @pytest.mark.official
-@pytest.mark.xfail(
-    reason="brokerlet trims an entry as soon as every subscription acked it (readers ack "
-    "cumulatively), so a seek back to it starts at the next; Pulsar keeps entries until the "
-    "ledger rolls over. Retention is issue 14's part.",
-    strict=False,
-)
 def test_reader_seek_back_to_an_entry_another_reader_consumed(
     client: pulsar.Client, topic: str
 ) -> None:
+    """Entries go only with whole consumed segments, never the open one
+    (ManagedLedgerImpl#internalTrimLedgers, storage/retention.py), so an entry a reader
+    already read is still there for another reader's seek back to it."""
     producer = client.create_producer(topic, batching_enabled=False)
     ids = [producer.send(f"m{i}".encode()) for i in range(6)]
     first = client.create_reader(topic, ids[3], start_message_id_inclusive=True)
