@@ -1,7 +1,11 @@
 """Every actor message, grouped by the actor that receives it.
 
 Messages are frozen dataclasses (or bare marker classes where they carry nothing); a ref in a
-message is typed with the actor it reaches. An actor that receives a message it does not
+message is typed with the actor it reaches. The few built for every message or dispatch pass
+(appends, reads, receipts, acks, consumer batches) are plain slotted dataclasses instead, and
+no one changes them after sending: building a frozen one sets each field through
+``object.__setattr__``, 2.1 µs for six fields against 0.5 µs, and a published message builds
+about ten of them below saturation. An actor that receives a message it does not
 handle raises :class:`UnexpectedMessage`: a bug of ours, never a silent drop.
 """
 
@@ -232,7 +236,7 @@ class AppendItem(NamedTuple):  # a tuple: one per message, built cheaply
     refusal: tuple[pb.ServerError.ValueType, str] | None = None  # None: bad checksum
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built for every message or pass: see the module docstring
 class Append:
     """One run of SENDs of one producer; answered with :class:`Appended`."""
 
@@ -241,7 +245,7 @@ class Append:
     items: list[AppendItem]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built for every message or pass: see the module docstring
 class AppendDone:
     """A disk ledger's completion, brought back onto the topic actor."""
 
@@ -391,7 +395,7 @@ class DispatcherFailed:
     cursor: CursorState | None  # None for a non-durable subscription: nothing to resume
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built for every message or pass: see the module docstring
 class ReadEntries:
     """Read up to ``max_entries`` from ``start``; at the end of the ledger, wait (long poll)."""
 
@@ -516,7 +520,7 @@ class LastMessageId:
 # ConnectionActor: what the reader greenlet decoded, receipts, broker-initiated closes.
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built for every message or pass: see the module docstring
 class Received:
     """One received chunk of frames, from the connection's reader greenlet."""
 
@@ -537,7 +541,7 @@ class Receipt(NamedTuple):  # a tuple: one per message, built cheaply
     message: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built for every message or pass: see the module docstring
 class Appended:
     """The receipts of one :class:`Append`."""
 
@@ -587,7 +591,7 @@ class RemoveConsumer:
     unsubscribe: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built for every message or pass: see the module docstring
 class EntriesRead:
     """The answer to :class:`ReadEntries` (``replay=False``) or :class:`ReadIds`."""
 
@@ -596,7 +600,7 @@ class EntriesRead:
     replay: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built for every message or pass: see the module docstring
 class Ack:
     consumer: Consumer
     positions: Sequence[tuple[int, int]]  # (ledger id, entry id)
@@ -723,7 +727,7 @@ class WriteCompletion(Protocol):
     def request(self) -> object: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built for every message or pass: see the module docstring
 class SendMessages:
     """One consumer batch to encode and write; ``completion`` is requested once it is written."""
 
