@@ -13,17 +13,13 @@ never asserts them. ``--source DIR`` runs the broker from another tree.
 
 from __future__ import annotations
 
-import argparse
-import os
-import socket
-import time
 import uuid
-from pathlib import Path
 
+from bench.micro.broker_cpu import run
 from bench.micro.produce_cpu import measure as produce
-from bench.profiling import print_top, top_entries
-from brokerlet.testing.process import BrokerletProcess, ChildBroker
-from brokerlet.transport.protocol import FrameDecoder, encode_ack, encode_command, encode_flow, pb
+from bench.rawsocket import RawConnection
+from brokerlet.testing.process import ChildBroker
+from brokerlet.transport.protocol import encode_ack, encode_flow, pb
 
 __all__ = ["main", "measure"]
 
@@ -32,26 +28,10 @@ _QUEUE = 1000
 _ACK_GROUP = 1000
 
 
-def _request(sock: socket.socket, decoder: FrameDecoder, command: pb.BaseCommand) -> pb.BaseCommand:
-    sock.sendall(encode_command(command))
-    while True:
-        data = sock.recv(1 << 16)
-        if not data:
-            raise RuntimeError("broker closed the connection")
-        frames = decoder.feed(data)
-        if frames:
-            return frames[0].command
-
-
 def measure(broker: ChildBroker, messages: int) -> float:
     """Store ``messages`` in a new topic, then consume them; the consume phase's CPU µs each."""
     topic = f"persistent://public/default/consume-{uuid.uuid4().hex[:8]}"
-    host, port = broker.service_url.removeprefix("pulsar://").rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    decoder = FrameDecoder(8 << 20)
-    connect = pb.CommandConnect(client_version="cpu-bench", protocol_version=20)
-    _request(sock, decoder, T(type=T.CONNECT, connect=connect))
+    connection = RawConnection(broker.service_url, "cpu-bench")
     subscribe = pb.CommandSubscribe(
         topic=topic,
         subscription="bench",
@@ -60,20 +40,17 @@ def measure(broker: ChildBroker, messages: int) -> float:
         request_id=1,
         initial_position=pb.CommandSubscribe.Earliest,
     )
-    reply = _request(sock, decoder, T(type=T.SUBSCRIBE, subscribe=subscribe))
+    reply = connection.request(T(type=T.SUBSCRIBE, subscribe=subscribe))
     if reply.type != T.SUCCESS:
         raise RuntimeError(f"SUBSCRIBE failed: {reply}")
     produce(broker, messages, topic)
     before = broker.cpu_seconds()
-    sock.sendall(encode_flow(1, _QUEUE))
+    connection.sock.sendall(encode_flow(1, _QUEUE))
     received = since_flow = 0
     acks: list[tuple[int, int]] = []
     while received < messages:
-        data = sock.recv(1 << 16)
-        if not data:
-            raise RuntimeError("broker closed the connection")
         out = []
-        for frame in decoder.feed(data):
+        for frame in connection.read_frames():
             if frame.type != T.MESSAGE:
                 raise RuntimeError(f"unexpected frame: {frame.command}")
             message_id = frame.command.message.message_id
@@ -83,54 +60,23 @@ def measure(broker: ChildBroker, messages: int) -> float:
         if since_flow >= _QUEUE // 2:
             out.append(encode_flow(1, since_flow))
             since_flow = 0
-        if len(acks) >= _ACK_GROUP or received == messages:
+        if len(acks) >= _ACK_GROUP or (acks and received == messages):
             out.append(encode_ack(1, acks))
             acks = []
         if out:
-            sock.sendall(b"".join(out))
+            connection.sock.sendall(b"".join(out))
     cpu = broker.cpu_seconds() - before
-    sock.close()
+    connection.close()
     return cpu / messages * 1e6
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.micro.consume_cpu")
-    parser.add_argument("--messages", type=int, default=50_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--storage", choices=("memory", "disk"), action="append")
-    parser.add_argument(
-        "--source",
-        type=Path,
-        metavar="DIR",
-        help="run the broker from this source tree (to compare two versions)",
+    run(
+        "python -m bench.micro.consume_cpu",
+        "consume path",
+        measure,
+        f"unbatched 128 B messages, Shared, queue {_QUEUE}, acks grouped by {_ACK_GROUP}",
     )
-    parser.add_argument(
-        "--profile",
-        type=Path,
-        metavar="PATH",
-        help="run the broker under cProfile (one file per storage, named after "
-        "PATH) and print its top own-time lines",
-    )
-    args = parser.parse_args()
-    for storage in args.storage or ["memory", "disk"]:
-        profile = None
-        if args.profile is not None:
-            profile = args.profile.with_name(f"{args.profile.stem}-{storage}{args.profile.suffix}")
-        with BrokerletProcess(
-            ["--storage", storage], profile_path=profile, source=args.source
-        ) as broker:
-            broker.start()
-            measure(broker, 2000)  # warm-up: imports, first topic
-            figures = [measure(broker, args.messages) for _ in range(args.rounds)]
-        load = " / ".join(f"{value:.2f}" for value in os.getloadavg())
-        text = ", ".join(f"{figure:.2f}" for figure in figures)
-        print(
-            f"consume path, {storage:6}: broker CPU µs per message {min(figures):.2f} "
-            f"(rounds {text}; {args.messages} unbatched 128 B messages, Shared, queue {_QUEUE}, "
-            f"acks grouped by {_ACK_GROUP}; load {load}; {time.strftime('%H:%M:%S')})"
-        )
-        if profile is not None:
-            print_top(top_entries(profile, "tottime"), f"broker own time, {storage} ({profile})")
 
 
 if __name__ == "__main__":

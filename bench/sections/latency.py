@@ -19,7 +19,6 @@ GIL released). Prints figures and judges targets, never asserts them.
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import time
 import uuid
@@ -30,10 +29,11 @@ import pulsar
 
 from bench.clients.jobs import quiet_logger
 from bench.plan import SectionResult
+from bench.rawsocket import RawConnection
 from bench.report import Row, judge
 from brokerlet.testing import percentile
 from brokerlet.testing.process import BrokerletProcess, ChildBroker
-from brokerlet.transport.protocol import FrameDecoder, encode_command, pb
+from brokerlet.transport.protocol import pb
 from loadtests.brokers import PulsarLiteProcess
 
 __all__ = ["measure_topic_creation", "run_latency"]
@@ -89,37 +89,20 @@ def suite_cycle(url: str) -> float:
 
 def measure_topic_creation(url: str, count: int) -> list[float]:
     """Seconds from PRODUCER on a new name to PRODUCER_SUCCESS, ``count`` names."""
-    host, port = url.removeprefix("pulsar://").rsplit(":", 1)
-    decoder = FrameDecoder(1 << 20)
+    connection = RawConnection(url, "latency-bench")
     times: list[float] = []
-    with socket.create_connection((host, int(port))) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-        def ask(command: pb.BaseCommand) -> pb.BaseCommand:
-            sock.sendall(encode_command(command))
-            while True:
-                data = sock.recv(1 << 16)
-                if not data:
-                    raise RuntimeError("broker closed the connection")
-                frames = decoder.feed(data)
-                if frames:
-                    return frames[0].command
-
-        ask(
-            T(
-                type=T.CONNECT,
-                connect=pb.CommandConnect(client_version="latency-bench", protocol_version=20),
-            )
-        )
+    try:
         for index in range(count):
             request = pb.CommandProducer(
                 topic=_topic("create"), producer_id=index, request_id=index
             )
             start = time.perf_counter()
-            reply = ask(T(type=T.PRODUCER, producer=request))
+            reply = connection.request(T(type=T.PRODUCER, producer=request))
             times.append(time.perf_counter() - start)
             if reply.type != T.PRODUCER_SUCCESS:
                 raise RuntimeError(f"PRODUCER failed: {reply}")
+    finally:
+        connection.close()
     return times
 
 
