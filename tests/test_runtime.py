@@ -367,13 +367,15 @@ def test_take_turn_lets_a_due_timer_run_after_one_round_of_turns(busy: int) -> N
 def test_the_inbox_hands_items_to_its_waiting_reader_in_order() -> None:
     inbox = FairInbox()
     got: list[int] = []
+    reading = gevent.event.Event()
 
     def read() -> None:
+        reading.set()  # then get() waits, before the waiting test greenlet runs again
         for _ in range(3):
             got.append(inbox.get())
 
     reader = gevent.spawn(read)
-    gevent.sleep(0)  # the reader starts and waits on the empty inbox
+    assert reading.wait(WAIT)
     for item in (1, 2, 3):
         inbox.put(item)
     reader.join(timeout=WAIT)
@@ -396,8 +398,14 @@ def test_a_reader_killed_while_waiting_leaves_the_inbox_working() -> None:
     """A put after its waiting reader was killed must not switch into the dead greenlet,
     and the item stays for the next reader."""
     inbox = FairInbox()
-    doomed = gevent.spawn(inbox.get)
-    gevent.sleep(0)  # it waits on the empty inbox
+    reading = gevent.event.Event()
+
+    def read() -> Any:
+        reading.set()  # then get() waits, before the waiting test greenlet runs again
+        return inbox.get()
+
+    doomed = gevent.spawn(read)
+    assert reading.wait(WAIT)
     doomed.kill(timeout=WAIT)
     assert doomed.dead
     inbox.put("kept")

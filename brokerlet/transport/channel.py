@@ -347,8 +347,7 @@ class Channel:
         self._flush_pending = False
         try:
             while self._queue and not self._closed and not self._writer_active:
-                buffers = self._gather()
-                size = sum(len(buffer) for buffer in buffers)
+                buffers, size = self._gather()
                 try:
                     sent = self._sock.sendmsg(buffers, (), socket.MSG_DONTWAIT) if size else 0
                 except BlockingIOError:
@@ -372,7 +371,7 @@ class Channel:
                 self._wakeup.wait()
                 self._wakeup.clear()
                 while self._queue and not self._closed:
-                    buffers = self._gather()
+                    buffers, _ = self._gather()
                     sent = self._send(buffers) if buffers else 0
                     if sent is None:
                         return
@@ -386,7 +385,8 @@ class Channel:
             self._shutdown(exc)
             raise
 
-    def _gather(self) -> list[memoryview]:
+    def _gather(self) -> tuple[list[memoryview], int]:
+        """The queued buffers for one send, up to the iovec and byte caps, and their size."""
         buffers: list[memoryview] = []
         total = 0
         for pending in self._queue:
@@ -394,8 +394,8 @@ class Channel:
                 buffers.append(buffer)
                 total += len(buffer)
                 if len(buffers) >= MAX_IOVECS or total >= self._max_send:
-                    return buffers
-        return buffers
+                    return buffers, total
+        return buffers, total
 
     def _check_parked(self) -> None:
         """A loop callback queued before a send: it runs at the writer's first yield, which
