@@ -14,9 +14,9 @@ import uuid
 import psutil
 import requests
 
-from bench.plan import Plan, SectionResult, run_timeout
+from bench.plan import Plan, SectionResult
 from bench.report import Row, Summary, format_rate
-from bench.sections.throughput import MODES, RunResult, run_once
+from bench.sections.throughput import MODES, run_in_turns
 from brokerlet.testing.process import BrokerletProcess
 
 __all__ = ["run_dedup"]
@@ -37,34 +37,23 @@ def run_dedup(plan: Plan, producers: int) -> SectionResult:
         requests.post(
             f"{web}/namespaces/{DEDUP_NAMESPACE}/deduplication", json=True, timeout=10
         ).raise_for_status()
-        runs: dict[str, list[RunResult]] = {"dedup off": [], "dedup on": []}
         print(
             f"dedup: {mode.name}, {messages:,} messages per run, {producers} producer "
             "process(es), dedup off and on taking turns",
             flush=True,
         )
-        for index in range(plan.repeats):
-            for label, results in runs.items():
-                namespace = DEDUP_NAMESPACE if label == "dedup on" else "public/default"
-                topic = f"persistent://{namespace}/bench-dedup-{uuid.uuid4().hex[:12]}"
-                result = run_once(
-                    url,
-                    mode,
-                    messages,
-                    run_timeout(messages),
-                    process,
-                    producers=producers,
-                    topic=topic,
-                )
-                results.append(result)
-                print(
-                    f"  run {index + 1}/{plan.repeats}, {label}: produce "
-                    f"{format_rate(result.produce_rate)}, end-to-end "
-                    f"{format_rate(result.end_to_end_rate)}, broker CPU "
-                    f"{result.broker_cpu:.0%}"
-                    + (f"; FAILED: {result.error}" if result.error else ""),
-                    flush=True,
-                )
+        runs = run_in_turns(
+            {
+                "dedup off": lambda: _topic("public/default"),
+                "dedup on": lambda: _topic(DEDUP_NAMESPACE),
+            },
+            plan.repeats,
+            url,
+            mode,
+            messages,
+            process,
+            producers,
+        )
     off = Summary.of([r.produce_rate for r in runs["dedup off"]])
     on = Summary.of([r.produce_rate for r in runs["dedup on"]])
     ratio = on.median / off.median if off.median else float("nan")
@@ -98,3 +87,7 @@ def run_dedup(plan: Plan, producers: int) -> SectionResult:
 
 def _range(summary: Summary) -> str:
     return f"{summary.low:,.0f}-{summary.high:,.0f}"
+
+
+def _topic(namespace: str) -> str:
+    return f"persistent://{namespace}/bench-dedup-{uuid.uuid4().hex[:12]}"

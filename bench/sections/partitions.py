@@ -20,9 +20,9 @@ from typing import Any
 import psutil
 import requests
 
-from bench.plan import Plan, SectionResult, run_timeout
+from bench.plan import Plan, SectionResult
 from bench.report import Row, Summary, format_rate
-from bench.sections.throughput import MODES, RunResult, run_once
+from bench.sections.throughput import MODES, run_in_turns
 from brokerlet import __version__
 from brokerlet.testing import percentile
 from brokerlet.testing.process import BrokerletProcess
@@ -49,32 +49,23 @@ def run_partitions(plan: Plan, producers: int, quick: bool) -> SectionResult:
             f"median {lookups['median_us']:.0f} us, p99 {lookups['p99_us']:.0f} us",
             flush=True,
         )
-        runs: dict[str, list[RunResult]] = {"one topic": [], f"{PARTITIONS} partitions": []}
         print(
             f"partitions: {mode.name}, {messages:,} messages per run, {producers} producer "
             f"process(es), one topic and {PARTITIONS} partitions taking turns",
             flush=True,
         )
-        for index in range(plan.repeats):
-            for label, results in runs.items():
-                topic = _topic(web, PARTITIONS if label != "one topic" else 0)
-                result = run_once(
-                    url,
-                    mode,
-                    messages,
-                    run_timeout(messages),
-                    process,
-                    producers=producers,
-                    topic=topic,
-                )
-                results.append(result)
-                print(
-                    f"  run {index + 1}/{plan.repeats}, {label}: end-to-end "
-                    f"{format_rate(result.end_to_end_rate)}, broker CPU "
-                    f"{result.broker_cpu:.0%}"
-                    + (f"; FAILED: {result.error}" if result.error else ""),
-                    flush=True,
-                )
+        runs = run_in_turns(
+            {
+                "one topic": lambda: _topic(web, 0),
+                f"{PARTITIONS} partitions": lambda: _topic(web, PARTITIONS),
+            },
+            plan.repeats,
+            url,
+            mode,
+            messages,
+            process,
+            producers,
+        )
     one = Summary.of([r.end_to_end_rate for r in runs["one topic"]])
     many = Summary.of([r.end_to_end_rate for r in runs[f"{PARTITIONS} partitions"]])
     ratio = many.median / one.median if one.median else float("nan")

@@ -16,6 +16,7 @@ import math
 import multiprocessing
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,15 @@ from bench.report import (
 )
 from brokerlet.testing.process import BrokerletProcess
 
-__all__ = ["DEFAULT_PRODUCERS", "MESSAGE_SIZE", "MODES", "Mode", "RunResult", "run_once"]
+__all__ = [
+    "DEFAULT_PRODUCERS",
+    "MESSAGE_SIZE",
+    "MODES",
+    "Mode",
+    "RunResult",
+    "run_in_turns",
+    "run_once",
+]
 
 DEFAULT_PRODUCERS = 2
 
@@ -177,6 +186,48 @@ def run_once(
     finally:
         stop.set()
         close_all(workers)
+
+
+def run_in_turns(
+    topics: dict[str, Callable[[], str]],
+    repeats: int,
+    service_url: str,
+    mode: Mode,
+    messages: int,
+    broker: psutil.Process,
+    producers: int,
+) -> dict[str, list[RunResult]]:
+    """Run each variant once per repeat, variants taking turns on one broker, and print each.
+
+    Args:
+        topics: per variant's label, what makes the fresh topic of one of its runs.
+        repeats: runs per variant.
+        service_url, mode, messages, broker, producers: as for :func:`run_once`.
+
+    Returns:
+        Each variant's results, in run order.
+    """
+    runs: dict[str, list[RunResult]] = {label: [] for label in topics}
+    for index in range(repeats):
+        for label, topic in topics.items():
+            result = run_once(
+                service_url,
+                mode,
+                messages,
+                run_timeout(messages),
+                broker,
+                producers=producers,
+                topic=topic(),
+            )
+            runs[label].append(result)
+            print(
+                f"  run {index + 1}/{repeats}, {label}: produce "
+                f"{format_rate(result.produce_rate)}, end-to-end "
+                f"{format_rate(result.end_to_end_rate)}, broker CPU {result.broker_cpu:.0%}"
+                + (f"; FAILED: {result.error}" if result.error else ""),
+                flush=True,
+            )
+    return runs
 
 
 def _result(mode: Mode, messages: int, producers: int, collected: Collected) -> RunResult:
