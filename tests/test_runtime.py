@@ -364,6 +364,44 @@ def test_take_turn_lets_a_due_timer_run_after_one_round_of_turns(busy: int) -> N
     assert turns <= 4 + 2 * busy + 2, f"{turns} turns of 0.3 ms before a 1 ms timer ran"
 
 
+@pytest.mark.parametrize("busy", [2, 4])
+def test_a_timer_that_fell_due_runs_before_the_next_round_of_turns(busy: int) -> None:
+    """A timer due while greenlets take turns waits one round of turns, not two.
+
+    libev runs expired timers in order of expiry. A zero timer started from an I/O or timer
+    callback is due at the loop's cached time, taken when the iteration began: it sorted
+    ahead of a timer that fell due during the iteration, so each round of turns ran twice
+    before that timer (the stall probe's ticker waited 8 ms behind four 1 ms slices).
+    """
+    turns = 0
+    between: list[int] = []
+    done = gevent.event.Event()
+
+    def spin() -> None:
+        nonlocal turns
+        while not done.is_set():
+            # Longer than the timer's delay: after one turn, the timer is due.
+            until = time.perf_counter() + 0.002
+            while time.perf_counter() < until:
+                pass
+            turns += 1
+            take_turn()
+
+    def tick() -> None:
+        for _ in range(10):
+            before = turns
+            gevent.sleep(0.001)
+            between.append(turns - before)
+        done.set()
+
+    spinners = [gevent.spawn(spin) for _ in range(busy)]
+    gevent.spawn(tick).join(timeout=WAIT)
+    done.set()
+    gevent.joinall(spinners, timeout=WAIT)
+    assert len(between) == 10
+    assert max(between) <= busy + 1, f"turns between ticks: {between}"
+
+
 def test_the_inbox_hands_items_to_its_waiting_reader_in_order() -> None:
     inbox = FairInbox()
     got: list[int] = []

@@ -176,8 +176,13 @@ def take_turn() -> None:
     way, a timer or a new socket event waited 50 slices (about 50 ms in `make bench`'s stall
     probe). A zero timer resumes the caller in the loop's next pass over its watchers
     instead, so the wait for anything else is one turn of each busy greenlet.
+
+    The timer is due now, not at the loop's cached time: libev runs expired timers in order
+    of expiry, and one due when the iteration began would jump ahead of every timer that
+    fell due since, which then waited a second round of turns.
     """
     hub = gevent.get_hub()
+    hub.loop.update_now()
     with hub.loop.timer(0.0) as turn:
         hub.wait(turn)
 
