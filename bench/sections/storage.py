@@ -258,6 +258,16 @@ def _measure_stalls(backend: str, messages: int, producers: int, nice: int = 0) 
         f"(wall): {runs}",
         flush=True,
     )
+    for gap in figures.get("busiest_gaps", ()):
+        made_of = ", ".join(
+            f"{name} {int(count)}x {cpu:.2f}"
+            for name, (count, cpu) in sorted(gap["runs"].items(), key=lambda kv: -kv[1][1])
+        )
+        print(
+            f"    a busy gap: {gap['hub_cpu_ms']:.2f} ms of hub CPU in {gap['gap_ms']:.2f} ms: "
+            f"{made_of} (runs, ms of CPU)",
+            flush=True,
+        )
     return figures
 
 
