@@ -8,7 +8,7 @@ other work on the machine falls on all of them alike:
 * ping-pong: one message at a time, ``send()`` (synchronous) then ``receive()`` and
   ``acknowledge()``, on one topic; p50 and p99 of the round trip.
 * test-suite cycle: a new client, a producer and a consumer on a fresh topic, 10 synchronous
-  sends, 10 receive + ack, close; the median cycle.
+  sends, 10 receive + ack, close; the median cycle, and the median of each phase.
 * topic creation: the first PRODUCER on a new name, from a raw socket (CONNECT once, then
   PRODUCER and its answer per name); p50 and p99.
 
@@ -18,6 +18,7 @@ GIL released). Prints figures and judges targets, never asserts them.
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import time
@@ -36,7 +37,7 @@ from brokerlet.testing.process import BrokerletProcess, ChildBroker
 from brokerlet.transport.protocol import pb
 from loadtests.brokers import PulsarLiteProcess
 
-__all__ = ["measure_topic_creation", "run_latency"]
+__all__ = ["CYCLE_PHASES", "measure_topic_creation", "run_latency", "suite_cycle"]
 
 T = pb.BaseCommand
 _PAYLOAD = b"x" * 128
@@ -70,21 +71,29 @@ def ping_pong(url: str, count: int) -> list[float]:
         client.close()
 
 
-def suite_cycle(url: str) -> float:
-    """Seconds for one test-suite cycle on a fresh topic."""
-    start = time.perf_counter()
+CYCLE_PHASES = ("client and producer", "subscribe", "10 sends", "10 receive + ack", "close")
+
+
+def suite_cycle(url: str) -> list[float]:
+    """Seconds each of the :data:`CYCLE_PHASES` of one test-suite cycle took, fresh topic."""
+    marks = [time.perf_counter()]
     client = pulsar.Client(url, logger=quiet_logger())
     try:
         topic = _topic("cycle")
         producer = client.create_producer(topic, batching_enabled=False)
+        marks.append(time.perf_counter())
         consumer = client.subscribe(topic, "cycle", consumer_type=pulsar.ConsumerType.Shared)
+        marks.append(time.perf_counter())
         for _ in range(10):
             producer.send(_PAYLOAD)
+        marks.append(time.perf_counter())
         for _ in range(10):
             consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+        marks.append(time.perf_counter())
     finally:
         client.close()
-    return time.perf_counter() - start
+    marks.append(time.perf_counter())
+    return [end - start for start, end in itertools.pairwise(marks)]
 
 
 def measure_topic_creation(url: str, count: int) -> list[float]:
@@ -130,6 +139,7 @@ def run_latency(quick: bool) -> SectionResult:
     figures: dict[str, dict[str, list[float]]] = {
         name: {"ping": [], "cycle": [], "create": []} for name in brokers
     }
+    phases: dict[str, list[list[float]]] = {name: [] for name in brokers}
     try:
         for name, make in brokers.items():
             running[name] = make().start()
@@ -137,7 +147,10 @@ def run_latency(quick: bool) -> SectionResult:
             for name, broker in running.items():
                 url = broker.service_url
                 figures[name]["ping"] += ping_pong(url, pings)
-                figures[name]["cycle"] += [suite_cycle(url) for _ in range(cycles)]
+                for _ in range(cycles):
+                    cycle = suite_cycle(url)
+                    phases[name].append(cycle)
+                    figures[name]["cycle"].append(sum(cycle))
                 figures[name]["create"] += measure_topic_creation(url, creates)
     finally:
         for broker in running.values():
@@ -151,6 +164,17 @@ def run_latency(quick: bool) -> SectionResult:
             "create_p50_s": percentile(got["create"], 0.5),
             "create_p99_s": percentile(got["create"], 0.99),
         }
+        for index, phase in enumerate(CYCLE_PHASES):
+            median = statistics.median(cycle[index] for cycle in phases[name])
+            summary[name][f"cycle {phase} median_s"] = median
+        print(
+            f"  test-suite cycle phases, {name}, median ms: "
+            + ", ".join(
+                f"{phase} {summary[name][f'cycle {phase} median_s'] * 1000:.2f}"
+                for phase in CYCLE_PHASES
+            ),
+            flush=True,
+        )
     disk, never, memory, lite = (summary[n] for n in brokers)
     ping_ratio = disk["ping_p99_s"] / lite["ping_p99_s"]
     ping_never = never["ping_p99_s"] / lite["ping_p99_s"]
