@@ -332,6 +332,29 @@ def test_timeout_after_fails_one_message_not_every_actor() -> None:
     assert bystander.ask("ping", timeout=WAIT) == "alive"
 
 
+def _spinners(busy: int, turn_s: float, stop: gevent.event.Event) -> tuple[list[Any], list[int]]:
+    """``busy`` greenlets that each spin ``turn_s`` between take_turn() calls until ``stop``
+    is set (or 1,000 turns in all); the list counts their turns."""
+    turns = [0]
+
+    def spin() -> None:
+        while not stop.is_set() and turns[0] < 1000:
+            until = time.perf_counter() + turn_s
+            while time.perf_counter() < until:
+                pass
+            turns[0] += 1
+            take_turn()
+
+    return [gevent.spawn(spin) for _ in range(busy)], turns
+
+
+def _wait_for_timer(seconds: float) -> None:
+    """Wait on a loop timer of ``seconds``: the timer whose turn the tests below measure."""
+    hub = gevent.get_hub()
+    with hub.loop.timer(seconds) as timer:
+        hub.wait(timer)
+
+
 @pytest.mark.parametrize("busy", [1, 3])
 def test_take_turn_lets_a_due_timer_run_after_one_round_of_turns(busy: int) -> None:
     """Greenlets that yield with take_turn() do not starve timers.
@@ -340,28 +363,18 @@ def test_take_turn_lets_a_due_timer_run_after_one_round_of_turns(busy: int) -> N
     looks at its timers again: the 1 ms timer below waited ~50 turns. take_turn() yields
     through a zero timer, so a due timer runs after at most a round or two of turns.
     """
-    turns = 0
     fired = gevent.event.Event()
-
-    def spin() -> None:
-        nonlocal turns
-        while not fired.is_set() and turns < 1000:
-            until = time.perf_counter() + 0.0003
-            while time.perf_counter() < until:
-                pass
-            turns += 1
-            take_turn()
+    spinners, turns = _spinners(busy, 0.0003, fired)
 
     def timer() -> None:
-        gevent.sleep(0.001)
+        _wait_for_timer(0.001)
         fired.set()
 
-    spinners = [gevent.spawn(spin) for _ in range(busy)]
     gevent.spawn(timer).join(timeout=WAIT)
     gevent.joinall(spinners, timeout=WAIT)
     assert fired.is_set()
     # 1 ms of 0.3 ms turns is about 4; a round of every spinner on either side of the expiry.
-    assert turns <= 4 + 2 * busy + 2, f"{turns} turns of 0.3 ms before a 1 ms timer ran"
+    assert turns[0] <= 4 + 2 * busy + 2, f"{turns[0]} turns of 0.3 ms before a 1 ms timer ran"
 
 
 @pytest.mark.parametrize("busy", [2, 4])
@@ -373,28 +386,18 @@ def test_a_timer_that_fell_due_runs_before_the_next_round_of_turns(busy: int) ->
     ahead of a timer that fell due during the iteration, so each round of turns ran twice
     before that timer (the stall probe's ticker waited 8 ms behind four 1 ms slices).
     """
-    turns = 0
-    between: list[int] = []
     done = gevent.event.Event()
-
-    def spin() -> None:
-        nonlocal turns
-        while not done.is_set():
-            # Longer than the timer's delay: after one turn, the timer is due.
-            until = time.perf_counter() + 0.002
-            while time.perf_counter() < until:
-                pass
-            turns += 1
-            take_turn()
+    # Each turn is longer than the timer's delay: after one turn, the timer is due.
+    spinners, turns = _spinners(busy, 0.002, done)
+    between: list[int] = []
 
     def tick() -> None:
         for _ in range(10):
-            before = turns
-            gevent.sleep(0.001)
-            between.append(turns - before)
+            before = turns[0]
+            _wait_for_timer(0.001)
+            between.append(turns[0] - before)
         done.set()
 
-    spinners = [gevent.spawn(spin) for _ in range(busy)]
     gevent.spawn(tick).join(timeout=WAIT)
     done.set()
     gevent.joinall(spinners, timeout=WAIT)

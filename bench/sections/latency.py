@@ -164,15 +164,14 @@ def run_latency(quick: bool) -> SectionResult:
             "create_p50_s": percentile(got["create"], 0.5),
             "create_p99_s": percentile(got["create"], 0.99),
         }
-        for index, phase in enumerate(CYCLE_PHASES):
-            median = statistics.median(cycle[index] for cycle in phases[name])
-            summary[name][f"cycle {phase} median_s"] = median
+        medians = {
+            phase: statistics.median(cycle[index] for cycle in phases[name])
+            for index, phase in enumerate(CYCLE_PHASES)
+        }
+        summary[name].update({f"cycle {phase} median_s": s for phase, s in medians.items()})
         print(
             f"  test-suite cycle phases, {name}, median ms: "
-            + ", ".join(
-                f"{phase} {summary[name][f'cycle {phase} median_s'] * 1000:.2f}"
-                for phase in CYCLE_PHASES
-            ),
+            + ", ".join(f"{phase} {s * 1000:.2f}" for phase, s in medians.items()),
             flush=True,
         )
     disk, never, memory, lite = (summary[n] for n in brokers)
