@@ -109,7 +109,9 @@ def test_unwritable_consumers_are_skipped_and_the_others_get_everything(
 
 def test_nested_writable_notifications_coalesce_into_one_task(harness: Harness, loop: Any) -> None:
     handle = watched_connection(harness, loop, "flappy")
-    consumer = harness.consumer("flappy", 10, handle)
+    # No permits, so no read waits for new entries (that would hold the read gate: then no
+    # notification would wake the dispatcher at all, see the next test).
+    consumer = harness.consumer("flappy", 0, handle)
     harness.settle()
     entered, release = gevent.event.Event(), gevent.event.Event()
     loop.tell(Block(entered, release))
@@ -129,6 +131,48 @@ def test_nested_writable_notifications_coalesce_into_one_task(harness: Harness, 
     assert handle.writable_notice.requested is False
     assert harness.proxy.read_passes.get() == passes + 1
     assert consumer.read_gate is not None
+
+
+def test_a_read_waiting_for_new_entries_is_not_woken_for_nothing(
+    harness: Harness, loop: Any
+) -> None:
+    # Shared: while its read waits at the end of the topic a pass could only find the read
+    # pending, so the dispatcher holds its read gate and FLOWs, writable events and
+    # send-blocked notices cost it nothing. The entries that come next go out with every
+    # permit granted meanwhile: nothing that was dropped is lost.
+    handle = watched_connection(harness, loop, "idle")
+    consumer = harness.consumer("idle", 5, handle)
+    harness.settle()
+    assert harness.proxy.pending_read.get() == "normal"
+    passes = harness.proxy.read_passes.get()
+    for _ in range(20):
+        consumer.flow(5)
+        handle.channel_writability_changed(True)
+        handle.channel_send_blocked()
+    loop.ask(Noop())
+    harness.settle()
+    assert harness.proxy.read_passes.get() == passes
+    harness.append(105)
+    harness.settle()
+    assert harness.sent_to(consumer) == list(range(105))
+    assert harness.proxy.pending_read.get() is None  # the permits are spent: no read waits
+
+
+def test_key_shared_is_woken_while_its_read_waits_because_it_looks_ahead(loop: Any) -> None:
+    # A Key_Shared pass may find a held-back entry whose consumer can take it now
+    # (KeySharedStrategy.replay_ready), so its read gate is never held.
+    harness = Harness(GeventActor, sub_type=pb.CommandSubscribe.Key_Shared)
+    try:
+        handle = watched_connection(harness, loop, "ks")
+        consumer = harness.consumer("ks", 5, handle)
+        harness.settle()
+        assert harness.proxy.pending_read.get() == "normal"
+        passes = harness.proxy.read_passes.get()
+        consumer.flow(5)
+        harness.settle()
+        assert harness.proxy.read_passes.get() == passes + 1
+    finally:
+        harness.stop()
 
 
 def test_writability_is_checked_again_when_the_notification_task_runs(

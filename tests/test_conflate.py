@@ -183,3 +183,35 @@ def test_request_rearms_when_the_actor_died_with_the_message_waiting(runtime: Ru
     assert gate.requested  # stale: the message died with the actor
     assert gate.request() is False
     assert not gate.requested
+
+
+def test_a_held_gate_drops_requests_and_release_tells_nothing(runtime: Runtime) -> None:
+    entered, release = runtime.event_class(), runtime.event_class()
+    ref = start_worker(runtime, entered, release)
+    proxy = ref.proxy()
+    gate: ConflatedTell = proxy.gate.get(timeout=WAIT)
+    gate.hold()
+    assert [gate.request() for _ in range(10)] == [False] * 10
+    assert not gate.requested
+    assert ref.actor_inbox.qsize() == 0
+    gate.release()
+    assert ref.actor_inbox.qsize() == 0  # the holder decides what runs next
+    assert gate.request() is True
+    assert proxy.passes.get(timeout=WAIT) == 1
+
+
+def test_holding_keeps_a_message_already_waiting(runtime: Runtime) -> None:
+    entered, release = runtime.event_class(), runtime.event_class()
+    ref = start_worker(runtime, entered, release)
+    proxy = ref.proxy()
+    gate: ConflatedTell = proxy.gate.get(timeout=WAIT)
+    try:
+        ref.tell("block")
+        assert entered.wait(WAIT)
+        assert gate.request() is True
+        gate.hold()
+        assert gate.request() is False
+    finally:
+        release.set()
+    assert proxy.passes.get(timeout=WAIT) == 1  # the waiting message still ran its pass
+    assert not gate.requested

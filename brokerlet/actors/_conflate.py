@@ -11,6 +11,9 @@ same gate shrinks to a single "a message is waiting" flag:
 - The actor calls `taken()` as it starts the pass, clearing the flag, so a
   request made during the pass (even by the pass itself) queues exactly one
   more message. Every extra pass is a later message, never a recursive call.
+- Held: the actor knows a pass could do nothing for now (its read is waiting
+  for new entries, say) and drops requests until it releases the gate, so the
+  wake-ups meanwhile cost the requester a flag check and the actor nothing.
 
 The flag is the one piece of state shared across actors, greenlets and
 threads, hence the lock. It is held only to flip the flag, never across the
@@ -58,6 +61,7 @@ class ConflatedTell(Generic[A]):
         self.message = message
         self._lock = threading.Lock()
         self._requested = False
+        self._held = False
 
     @property
     def requested(self) -> bool:
@@ -69,9 +73,11 @@ class ConflatedTell(Generic[A]):
 
         Returns:
             True if this call told the message; False if a message was already
-            waiting, or if the actor is dead.
+            waiting, the gate is held, or the actor is dead.
         """
         with self._lock:
+            if self._held:
+                return False
             if self._requested:
                 if not self.actor_ref.is_alive():
                     # The waiting message died with the actor; re-arm.
@@ -96,5 +102,24 @@ class ConflatedTell(Generic[A]):
         with self._lock:
             self._requested = False
 
+    def hold(self) -> None:
+        """Drop requests until `release()`; for the actor only, when it knows that a pass
+        started now would find nothing to do and that it will decide afresh on release."""
+        with self._lock:
+            self._held = True
+
+    def release(self) -> None:
+        """Take requests again (no message is told: the actor decides what runs next)."""
+        with self._lock:
+            self._held = False
+
+    @property
+    def held(self) -> bool:
+        """Whether requests are being dropped."""
+        return self._held
+
     def __repr__(self) -> str:
-        return f"<ConflatedTell {self.message!r} to {self.actor_ref} requested={self._requested}>"
+        return (
+            f"<ConflatedTell {self.message!r} to {self.actor_ref}"
+            f" requested={self._requested} held={self._held}>"
+        )

@@ -392,11 +392,17 @@ class Dispatcher:
         self._read_id = request.read_id
         self.pending_read = kind
         self.reads_issued += 1
+        if kind == "normal" and not self.strategy.looks_ahead:
+            # Until it completes, a pass would find this read pending and stop: FLOWs, write
+            # completions and writable events need not wake us for that. Its completion or
+            # cancellation decides afresh from the state then.
+            self.gate.hold()
         self.topic.tell(request)
 
     def _cancel_pending_read(self) -> None:
         if self.pending_read == "normal":
             self.topic.tell(CancelRead(self.name, self._read_id))
+        self.gate.release()
         self.pending_read = None
         self._read_id += 1  # a completion already on its way is stale now
 
@@ -411,6 +417,7 @@ class Dispatcher:
     def _entries_read(self, message: EntriesRead) -> None:
         if message.read_id != self._read_id:
             return  # cancelled
+        self.gate.release()
         self.pending_read = None
         entries = message.entries
         if isinstance(entries, BaseException):

@@ -380,6 +380,7 @@ class KeySharedStrategy(Strategy):
     """
 
     delays_delivery = True  # Pulsar's Key_Shared dispatcher extends the Shared one
+    looks_ahead = True
 
     def __init__(
         self,

@@ -91,6 +91,11 @@ class Strategy:
     """Whether messages with a ``deliver_at_time`` wait for it (Shared and Key_Shared only,
     as in Pulsar: its single-active dispatchers have no delay tracker)."""
 
+    looks_ahead = False
+    """Whether a replay entry can become deliverable while a normal read waits for new
+    entries (Key_Shared, see :meth:`replay_ready`). If not, a pass made while such a read
+    waits has nothing to do, and the dispatcher drops read requests until it completes."""
+
     tracks_entries = False
     """Whether ``delivered``/``released`` do anything (Key_Shared's hashes); when not, the
     delivery book does not call them per entry."""
