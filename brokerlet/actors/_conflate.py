@@ -113,11 +113,6 @@ class ConflatedTell(Generic[A]):
         with self._lock:
             self._held = False
 
-    @property
-    def held(self) -> bool:
-        """Whether requests are being dropped."""
-        return self._held
-
     def __repr__(self) -> str:
         return (
             f"<ConflatedTell {self.message!r} to {self.actor_ref}"
