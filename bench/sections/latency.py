@@ -136,45 +136,43 @@ def run_latency(quick: bool) -> SectionResult:
         flush=True,
     )
     running: dict[str, ChildBroker] = {}
-    figures: dict[str, dict[str, list[float]]] = {
+    # Per broker, one list per round: ping-pong round trips, cycles (phase seconds each) and
+    # topic creations. Totals, phase medians and per-round figures are all derived from these.
+    rounds_of: dict[str, dict[str, list[list[Any]]]] = {
         name: {"ping": [], "cycle": [], "create": []} for name in brokers
     }
-    phases: dict[str, list[list[float]]] = {name: [] for name in brokers}
-    # Each round's own p99 and median, to show how far the ratios move between rounds.
-    rounds_of: dict[str, list[dict[str, float]]] = {name: [] for name in brokers}
     try:
         for name, make in brokers.items():
             running[name] = make().start()
         for _ in range(rounds):
             for name, broker in running.items():
                 url = broker.service_url
-                pinged = ping_pong(url, pings)
-                figures[name]["ping"] += pinged
-                totals = []
-                for _ in range(cycles):
-                    cycle = suite_cycle(url)
-                    phases[name].append(cycle)
-                    totals.append(sum(cycle))
-                figures[name]["cycle"] += totals
-                figures[name]["create"] += measure_topic_creation(url, creates)
-                rounds_of[name].append(
-                    {"ping": percentile(pinged, 0.99), "cycle": statistics.median(totals)}
-                )
+                got = rounds_of[name]
+                got["ping"].append(ping_pong(url, pings))
+                got["cycle"].append([suite_cycle(url) for _ in range(cycles)])
+                got["create"].append(measure_topic_creation(url, creates))
     finally:
         for broker in running.values():
             broker.close()
-    summary: dict[str, dict[str, float]] = {}
-    for name, got in figures.items():
-        summary[name] = {
-            "ping_p50_s": percentile(got["ping"], 0.5),
-            "ping_p99_s": percentile(got["ping"], 0.99),
-            "cycle_median_s": statistics.median(got["cycle"]),
-            "create_p50_s": percentile(got["create"], 0.5),
-            "create_p99_s": percentile(got["create"], 0.99),
-        }
+    summary: dict[str, dict[str, Any]] = {}
+    for name, got in rounds_of.items():
+        ping, create = list(itertools.chain(*got["ping"])), list(itertools.chain(*got["create"]))
+        cycles_run = list(itertools.chain(*got["cycle"]))
         medians = {
-            phase: statistics.median(cycle[index] for cycle in phases[name])
+            phase: statistics.median(cycle[index] for cycle in cycles_run)
             for index, phase in enumerate(CYCLE_PHASES)
+        }
+        summary[name] = {
+            "ping_p50_s": percentile(ping, 0.5),
+            "ping_p99_s": percentile(ping, 0.99),
+            "cycle_median_s": statistics.median(sum(cycle) for cycle in cycles_run),
+            "create_p50_s": percentile(create, 0.5),
+            "create_p99_s": percentile(create, 0.99),
+            # Each round's own, to show how far the ratios move between rounds.
+            "ping_p99_rounds_s": [percentile(r, 0.99) for r in got["ping"]],
+            "cycle_median_rounds_s": [
+                statistics.median(sum(cycle) for cycle in r) for r in got["cycle"]
+            ],
         }
         summary[name].update({f"cycle {phase} median_s": s for phase, s in medians.items()})
         print(
@@ -188,18 +186,13 @@ def run_latency(quick: bool) -> SectionResult:
     cycle_disk = disk["cycle_median_s"] / lite["cycle_median_s"]
     cycle_never = never["cycle_median_s"] / lite["cycle_median_s"]
     cycle_memory = memory["cycle_median_s"] / lite["cycle_median_s"]
-    names = list(brokers)
 
-    def per_round(name: str, figure: str) -> list[float]:
-        lite_rounds = rounds_of[names[-1]]
-        return [
-            mine[figure] / theirs[figure]
-            for mine, theirs in zip(rounds_of[name], lite_rounds, strict=True)
-        ]
+    def per_round(mine: dict[str, Any], figure: str) -> list[float]:
+        return [a / b for a, b in zip(mine[figure], lite[figure], strict=True)]
 
-    ping_rounds = per_round(names[0], "ping")
-    cycle_disk_rounds = per_round(names[0], "cycle")
-    cycle_memory_rounds = per_round(names[2], "cycle")
+    ping_rounds = per_round(disk, "ping_p99_rounds_s")
+    cycle_disk_rounds = per_round(disk, "cycle_median_rounds_s")
+    cycle_memory_rounds = per_round(memory, "cycle_median_rounds_s")
 
     def span(ratios: list[float]) -> str:
         return f"rounds {min(ratios):.2f}-{max(ratios):.2f}x"
