@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -15,11 +16,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from brokerlet import Broker
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.messages import Ack
-from brokerlet.config import load_settings
-from brokerlet.dispatch.consumer import Consumer
-from brokerlet.dispatch.key_shared import entry_key_hash
+from brokerlet.config import Settings, load_settings
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
+from brokerlet.dispatch.key_shared import KeySharedRules, entry_key_hash
 from brokerlet.dispatch.options import DispatchOptions
-from brokerlet.keyshared import KeySharedMeta, sticky_key_hash
+from brokerlet.keyshared import ConsistentHashingSelector, KeySharedMeta, sticky_key_hash
 from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import build_entry, encode_send, pb
 from tests.dispatch_harness import LEDGER, Harness, make_keyed_entry
@@ -331,3 +332,38 @@ def test_a_paused_consumer_does_not_stall_the_healthy_one(barrier: bool) -> None
 
         rest = slow.receive(1, SLOW, timeout=30)  # resume: everything, in order
         assert [m.sequence_id for m in rest] == [n for n in range(HEALTHY * 5) if n % 5 != 4]
+
+
+def test_a_consumer_whose_points_all_collide_is_logged_as_owning_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Pulsar's ConsistentHashingStickyKeyConsumerSelector logs a consumer that got no
+    # range because every one of its points was taken; the check reads the snapshot's
+    # distinct owners rather than working out every consumer's ranges.
+    caplog.set_level(logging.WARNING, logger="brokerlet")
+    rules = KeySharedRules(KeySharedMeta(), Settings(), lambda: None)
+    rules.selector = ConsistentHashingSelector(replica_points=1, range_size=8)
+    by_point: dict[int, list[str]] = {}
+    for i in range(50):
+        name = f"c{i}"
+        by_point.setdefault(rules.selector.point_slots(_named(name), 0)[0], []).append(name)
+    first, second = next(names for names in by_point.values() if len(names) >= 2)[:2]
+    rules.add_consumer(_named(first), KeySharedMeta())
+    assert not any("got no hash range" in m for m in caplog.messages)
+    rules.add_consumer(_named(second), KeySharedMeta())
+    assert sum("got no hash range" in m for m in caplog.messages) == 1
+    assert second in caplog.messages[-1]
+
+
+def _named(name: str) -> Consumer:
+    # Nothing is written to it here: the channel and the event loop are never used.
+    handle = ConnectionHandle(peer=f"peer-{name}", channel=None, event_loop=None)  # type: ignore[arg-type]
+    return Consumer(
+        consumer_id=0,
+        name=name,
+        topic="persistent://public/default/t",
+        subscription="s",
+        sub_type=pb.CommandSubscribe.Key_Shared,
+        priority=0,
+        connection=handle,
+    )

@@ -24,6 +24,7 @@ from brokerlet.keyshared import (
     Selector,
     Snapshot,
     StickySelector,
+    diff_snapshots,
     make_selector,
     sticky_key,
     sticky_key_hash,
@@ -764,3 +765,78 @@ def test_slot_table_agrees_with_the_binary_search_on_every_slot(owners: int) -> 
     assert isinstance(snapshot.slot_index, bytes) == (len(snapshot.slot_owners) <= 255)
     assert owner_ids(snapshot.select_many(slots)) == owner_ids([snapshot.search(s) for s in slots])
     assert owner_ids([snapshot.select(s) for s in slots]) == owner_ids(snapshot.select_many(slots))
+
+
+# -- diffs between arbitrary snapshots ----------------------------------------------------
+
+
+def random_snapshot(
+    rng: random.Random, pool: Sequence[FakeConsumer | None], cuts: int
+) -> Snapshot[Any]:
+    """A snapshot in which every member of ``pool`` owns at least one range."""
+    ends = [*sorted(rng.sample(range(1, RANGE_SIZE - 1), len(pool) + cuts - 1)), RANGE_SIZE - 1]
+    owners = [*pool, *(rng.choice(pool) for _ in range(cuts))]
+    rng.shuffle(owners)
+    return Snapshot(1, ends, owners)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    cuts=st.integers(0, 40),
+    moved=st.integers(0, 40),
+    joined=st.integers(0, 3),
+    owners=st.sampled_from([1, 5, 252, 253, 254, 300]),
+)
+def test_diff_of_any_two_snapshots_equals_the_slot_by_slot_diff(
+    seed: int, cuts: int, moved: int, joined: int, owners: int
+) -> None:
+    # The diff compares the owner tables in C when the owners of both snapshots fit one
+    # byte between them (at most 256, None included) and walks every range end otherwise.
+    # 254 consumers and None make the widest one-byte table; consumers that join in the
+    # second snapshot take the union past 256, and 300 consumers make two-byte tables.
+    rng = random.Random(seed)
+    pool: list[FakeConsumer | None] = [FakeConsumer(f"c{i}") for i in range(owners)]
+    pool.append(None)
+    before = random_snapshot(rng, pool, cuts)
+    after_ends = sorted({*before.ends[:-1], *rng.sample(range(1, RANGE_SIZE - 1), moved)})
+    after_owners = [
+        before.search(end) if rng.random() < 0.8 else rng.choice(pool) for end in after_ends
+    ]
+    after_owners.append(rng.choice(pool))
+    for at in rng.sample(range(len(after_owners)), joined):
+        after_owners[at] = FakeConsumer(f"joined at {at}")
+    after = Snapshot(1, [*after_ends, RANGE_SIZE - 1], after_owners)
+    assert as_plain(diff_snapshots(before, after)) == brute_force_diff(before, after)
+    assert diff_snapshots(before, before) == {}
+
+
+def test_diff_past_one_byte_of_owners_between_the_snapshots() -> None:
+    # Each snapshot has 255 owners (a one-byte table), 257 between them: a 257th owner
+    # numbered like the first would hide the move of the first owner's second range to it.
+    consumers = [FakeConsumer(f"c{i}") for i in range(255)]
+    ends = [*range(10, 2560, 10), RANGE_SIZE - 1]
+    before: Snapshot[FakeConsumer] = Snapshot(1, ends, [*consumers, consumers[0]])
+    first, second = FakeConsumer("first newcomer"), FakeConsumer("second newcomer")
+    after: Snapshot[FakeConsumer] = Snapshot(
+        1, ends, [first, *consumers[1:254], consumers[253], second]
+    )
+    assert isinstance(before.slot_index, bytes)
+    assert isinstance(after.slot_index, bytes)
+    expected = brute_force_diff(before, after)
+    assert as_plain(diff_snapshots(before, after)) == expected
+    assert expected[id(consumers[0])][0] == [(1, 10), (2551, RANGE_SIZE - 1)]
+
+
+def test_consistent_hashing_snapshot_merges_neighbouring_points_of_one_owner() -> None:
+    # Neighbouring points of one owner make one range, the wrap-around range above the
+    # highest point included: one consumer owns the whole ring as a single range.
+    for count in range(1, 6):
+        selector: ConsistentHashingSelector[FakeConsumer] = ConsistentHashingSelector(100)
+        for i in range(count):
+            selector.add(FakeConsumer(f"c{i}"))
+        snapshot = selector.snapshot
+        assert all(a is not b for a, b in pairwise(snapshot.owners))
+        if count == 1:
+            assert snapshot.ends == (RANGE_SIZE - 1,)
+        assert_snapshot_matches_authoritative(selector)

@@ -152,7 +152,7 @@ class KeySharedRules:
             impacted = self.selector.add(consumer, ranges)
         except ConsumerAssignError as error:
             raise BrokerError(pb.ConsumerAssignError, str(error)) from None
-        if not self._ranges().get(consumer):
+        if not any(owner is consumer for owner in self.selector.snapshot.slot_owners):
             log.warning("Key_Shared consumer %r got no hash range (all points collide)", consumer)
         if self.ordered and self.meta.mode == AUTO_SPLIT:
             for other, changes in impacted.items():

