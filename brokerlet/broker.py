@@ -408,6 +408,7 @@ class Broker:
                 segment_bytes=settings.segment_bytes,
                 cache_bytes=settings.cache_bytes,
                 cursor_flush_ms=settings.cursor_flush_ms,
+                max_unacked_ranges_to_persist=settings.managed_ledger_max_unacked_ranges_to_persist,
                 file_ops=self._file_ops,
             )
             # The metadata lives beside the topics, in the directory the storage has locked.

@@ -518,7 +518,7 @@ def test_cursors_round_trip_through_restart(open_storage: Callable[..., DiskStor
     cursor = Cursor(9)
     for entry_id in (12, 13, 14, 20, 10):
         cursor.ack(entry_id)
-    cursors.save("shared-sub", cursor.mark_delete, cursor.acked_ids())
+    cursors.save("shared-sub", cursor.mark_delete, cursor.acked_ranges())
     cursors.save("gone", 3)
     cursors.save("exclusive-sub", 41)
     cursors.flush()
@@ -527,7 +527,7 @@ def test_cursors_round_trip_through_restart(open_storage: Callable[..., DiskStor
 
     _, cursors = open_storage().open_topic(TOPIC)
     assert cursors.subscriptions() == ["exclusive-sub", "shared-sub"]
-    assert cursors.load("shared-sub") == (10, [12, 13, 14, 20])
+    assert cursors.load("shared-sub") == (10, [(12, 14), (20, 20)])
     assert cursors.load("exclusive-sub") == (41, [])
     assert cursors.load("gone") is None
     saved = cursors.load("shared-sub")
@@ -536,6 +536,25 @@ def test_cursors_round_trip_through_restart(open_storage: Callable[..., DiskStor
     assert [restored.is_acked(i) for i in range(9, 22)] == [
         cursor.is_acked(i) for i in range(9, 22)
     ]
+
+
+def test_only_the_lowest_acked_ranges_up_to_the_limit_are_saved(
+    open_storage: Callable[..., DiskStorage],
+) -> None:
+    # managedLedgerMaxUnackedRangesToPersist (ManagedCursorImpl): past the limit the acks
+    # live in memory only; after a restart their entries are unacknowledged again.
+    storage = open_storage(max_unacked_ranges_to_persist=2)
+    _, cursors = storage.open_topic(TOPIC)
+    cursor = Cursor(9)
+    for entry_id in (12, 13, 20, 30, 31, 40):
+        cursor.ack(entry_id)
+    assert cursor.acked_ranges() == [(12, 13), (20, 20), (30, 31), (40, 40)]
+    cursors.save("sub", cursor.mark_delete, cursor.acked_ranges())
+    cursors.flush()
+    storage.close()
+
+    _, cursors = open_storage().open_topic(TOPIC)
+    assert cursors.load("sub") == (9, [(12, 13), (20, 20)])
 
 
 def test_cursor_saves_are_batched_within_the_delay(
@@ -549,7 +568,7 @@ def test_cursor_saves_are_batched_within_the_delay(
 
     saved_at = time.monotonic()
     for mark_delete in range(100):
-        cursors.save("sub", mark_delete, [mark_delete + 2])
+        cursors.save("sub", mark_delete, [(mark_delete + 2, mark_delete + 2)])
     assert cursor_writes() == 0  # nothing written on the caller's stack
     wait_until(
         cursor_writes,
@@ -571,12 +590,12 @@ def test_cursor_file_is_replaced_atomically(
 ) -> None:
     storage = open_storage()
     _, cursors = storage.open_topic(TOPIC)
-    cursors.save("sub", 5, [7])
+    cursors.save("sub", 5, [(7, 7)])
     cursors.flush()
     (cursor_file,) = (tmp_path / "data").glob("topics/*/cursors")
 
     ops.write_errno = errno.ENOSPC  # the next rewrite fails part-way
-    cursors.save("sub", 50, [52])
+    cursors.save("sub", 50, [(52, 52)])
     with pytest.raises(StorageError, match="cannot write cursors"):
         cursors.flush()
     assert json.loads(cursor_file.read_text())["subscriptions"]["sub"] == {
@@ -589,7 +608,7 @@ def test_cursor_file_is_replaced_atomically(
     cursors.flush()  # the failed state is still pending and goes out now
     storage.close()
     _, cursors = open_storage().open_topic(TOPIC)
-    assert cursors.load("sub") == (50, [52])
+    assert cursors.load("sub") == (50, [(52, 52)])
 
 
 def test_leftover_temporary_cursor_file_is_ignored(
@@ -597,13 +616,13 @@ def test_leftover_temporary_cursor_file_is_ignored(
 ) -> None:
     storage = open_storage()
     _, cursors = storage.open_topic(TOPIC)
-    cursors.save("sub", 5, [7])
+    cursors.save("sub", 5, [(7, 7)])
     storage.close()
     (topic_dir,) = (tmp_path / "data").glob("topics/*/")
     (topic_dir / "cursors.tmp").write_bytes(b'{"format": 1, "subscr')  # died mid-rewrite
 
     _, cursors = open_storage().open_topic(TOPIC)
-    assert cursors.load("sub") == (5, [7])
+    assert cursors.load("sub") == (5, [(7, 7)])
     cursors.save("sub", 6)
     cursors.flush()
     saved = json.loads((topic_dir / "cursors").read_text())["subscriptions"]["sub"]

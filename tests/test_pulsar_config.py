@@ -30,6 +30,7 @@ def test_known_keys_apply_under_their_pulsar_names_and_empty_values_keep_default
         "\n"
         "brokerServicePort=6651\n"
         "dispatcherMaxReadBatchSize = 50\n"
+        "managedLedgerMaxUnackedRangesToPersist=500\n"
         "maxMessageSize=\n"  # empty: unset in Pulsar, so brokerlet's default stays
         "zookeeperServers=\n"  # unknown but empty: not worth a notice
         "managedLedgerDefaultEnsembleSize=1\n"
@@ -42,6 +43,7 @@ def test_known_keys_apply_under_their_pulsar_names_and_empty_values_keep_default
         settings = load_settings(env={}, pulsar_config=conf)
     assert settings.port == 6651
     assert settings.dispatcher_max_read_batch_size == 50
+    assert settings.managed_ledger_max_unacked_ranges_to_persist == 500
     assert settings.max_message_size == 5 * 1024 * 1024
     notices = [r.getMessage() for r in caplog.records if "does not implement" in r.getMessage()]
     assert len(notices) == 1, "listed once"

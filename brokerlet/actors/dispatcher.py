@@ -187,7 +187,7 @@ class Dispatcher:
             PersistCursor: lambda _: self.cursor_saver.save(),
             GetStats: lambda _: self.stats(),
             GetMarkDelete: lambda _: self.cursor.mark_delete,
-            GetCursorState: lambda _: (self.cursor.mark_delete, self.cursor.acked_ids()),
+            GetCursorState: lambda _: (self.cursor.mark_delete, self.cursor.acked_ranges()),
             CloseConsumers: self._close_consumers,
         }
         # Admin operations: skips, expiry, non-persistent drops, end of topic.

@@ -112,8 +112,9 @@ __all__ = [
 ]
 
 
-CursorState = tuple[int, list[int]]
-"""A subscription's mark-delete entry id and the entries acknowledged beyond it."""
+CursorState = tuple[int, list[tuple[int, int]]]
+"""A subscription's mark-delete entry id and the entries acknowledged beyond it, as inclusive
+runs (`Cursor.acked_ranges`)."""
 
 
 class UnexpectedMessage(Exception):  # noqa: N818 - named for what the receiver got

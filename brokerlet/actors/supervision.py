@@ -121,7 +121,7 @@ def dispatcher_failed(
             timer.cancel()
     cursor: CursorState | None = None
     if dispatcher.durable:
-        cursor = (dispatcher.cursor.mark_delete, list(dispatcher.cursor.acked_ids()))
+        cursor = (dispatcher.cursor.mark_delete, dispatcher.cursor.acked_ranges())
         try:
             dispatcher.cursor_saver.save()
         except Exception:

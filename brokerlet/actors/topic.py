@@ -116,7 +116,7 @@ class TopicActor(GeventActor):
         self.name = name
         self.dispatch_options = dispatch_options
         self.cursors = cursors  # durable subscriptions' acknowledgements, with a disk ledger
-        self.saved: dict[str, tuple[int, list[int]]] = {}
+        self.saved: dict[str, CursorState] = {}
         self.ledger = ledger
         self.settings = settings
         # Access modes, topic epoch and deduplication (brokerlet.producers).
@@ -473,10 +473,10 @@ class TopicActor(GeventActor):
                 continue
             cursor = Cursor.restore(mark_delete, acked)
             cursor.ack_cumulative(message.entry_id)
-            self.saved[name] = (cursor.mark_delete, cursor.acked_ids())
+            self.saved[name] = (cursor.mark_delete, cursor.acked_ranges())
             self.mark_deletes[name] = cursor.mark_delete
             if self.cursors is not None:
-                self.cursors.save(name, cursor.mark_delete, cursor.acked_ids())
+                self.cursors.save(name, cursor.mark_delete, cursor.acked_ranges())
         self._trim()
 
     # Reading.

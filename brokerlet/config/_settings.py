@@ -201,6 +201,11 @@ class Settings:
         100, "Longest delay (ms) before a durable subscription's acks are written to disk.",
         minimum=1,
     )
+    managed_ledger_max_unacked_ranges_to_persist: int = setting(
+        10_000, "Runs of out-of-order acks saved per subscription (the lowest first); acks "
+        "past them are kept in memory only, and their entries come again after a restart.",
+        alias="managedLedgerMaxUnackedRangesToPersist", minimum=0,
+    )
     log_level: str = setting(
         "INFO", "Lowest level of log records emitted.",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),

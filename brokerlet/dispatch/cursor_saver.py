@@ -46,9 +46,12 @@ class CursorSaver:
         self.dirty = False
 
     def save(self) -> None:
-        if self._store is not None and self.dirty:
+        store = self._store
+        if store is not None and self.dirty:
             self.dirty = False
             cursor = self._cursor
-            self._store.save(self._name, cursor.mark_delete, cursor.acked_ids())
+            # Only what the store keeps: the cost is bounded however many gaps there are.
+            acked = cursor.acked_ranges(store.max_unacked_ranges)
+            store.save(self._name, cursor.mark_delete, acked)
             if self.batch_acks is not None:
-                self._store.save_batch_acks(self._name, self.batch_acks.state())
+                store.save_batch_acks(self._name, self.batch_acks.state())

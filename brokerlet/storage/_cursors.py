@@ -3,7 +3,9 @@
 `CursorStore.save` only records the state on the hub; the file is rewritten at most
 ``flush_delay`` seconds later, by the writer thread, all subscriptions at once (a temporary file,
 synced, then renamed over the old one), so a crash leaves the previous version or the new one.
-Individually acknowledged ids are stored as ranges, so a run of acks costs two numbers.
+Individually acknowledged ids are stored as ranges, so a run of acks costs two numbers; past
+``max_unacked_ranges`` ranges (Pulsar's ``managedLedgerMaxUnackedRangesToPersist``) the later ones
+are kept in memory only, and a restart delivers their entries again.
 
 The file is JSON, for the benefit of whoever has to look at it::
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 import gevent.event
@@ -29,8 +31,8 @@ log = logging.getLogger(__name__)
 
 CURSORS_FORMAT = 1
 
-CursorState = tuple[int, tuple[int, ...]]
-"""``(mark_delete, individually acknowledged ids above it)``."""
+CursorState = tuple[int, list[tuple[int, int]]]
+"""``(mark_delete, the individually acknowledged ids above it as inclusive runs)``."""
 
 
 class CursorStore:
@@ -47,6 +49,8 @@ class CursorStore:
             points past durable entries.
         hub: the hub timers run on.
         flush_delay: seconds a save may wait before it is written.
+        max_unacked_ranges: how many runs of individually acknowledged ids a subscription's
+            saved state keeps, the lowest first.
         topic: for messages.
         new: the topic was created by this run: there is no file to read yet.
     """
@@ -62,9 +66,11 @@ class CursorStore:
         flush_delay: float,
         topic: str,
         new: bool = False,
+        max_unacked_ranges: int = 10_000,
     ) -> None:
         self._path = path
         self._cursors = cursors
+        self._max_ranges = max_unacked_ranges
         self._encoded: dict[str, str] = {}  # JSON of cursors unchanged since the last write
         self._writer = writer
         self._ledger_log = ledger_log
@@ -83,26 +89,40 @@ class CursorStore:
         """Names of the subscriptions with a saved cursor."""
         return sorted(self._cursors)
 
-    def load(self, subscription: str) -> tuple[int, list[int]] | None:
-        """The saved ``(mark_delete, acked_ids)`` of ``subscription``, or None if none is."""
+    @property
+    def max_unacked_ranges(self) -> int:
+        """How many runs of acknowledged ids a saved cursor keeps; `save` drops the rest."""
+        return self._max_ranges
+
+    def load(self, subscription: str) -> CursorState | None:
+        """The saved ``(mark_delete, acked ranges)`` of ``subscription``, or None if none is."""
         state = self._cursors.get(subscription)
         if state is None:
             return None
         return state[0], list(state[1])
 
-    def save(self, subscription: str, mark_delete: int, acked_ids: Iterable[int] = ()) -> None:
+    def save(
+        self, subscription: str, mark_delete: int, acked: Sequence[tuple[int, int]] = ()
+    ) -> None:
         """Record a subscription's cursor; it is written within ``flush_delay``.
 
         Args:
             mark_delete: every entry up to this id is acknowledged.
-            acked_ids: the acknowledged ids above ``mark_delete``; copied here, so the
-                caller may keep mutating its own set. The copy is O(n): save when the
-                cursor changes, not once per acknowledgement of a large set.
+            acked: the acknowledged ids above ``mark_delete`` as ascending inclusive runs
+                (`Cursor.acked_ranges`); the first ``max_unacked_ranges`` are copied.
         """
         if self._closed:
             log.debug("topic %r: cursor %r saved after close; ignored", self._topic, subscription)
             return
-        self._cursors[subscription] = (mark_delete, tuple(acked_ids))
+        if len(acked) > self._max_ranges:
+            log.debug(
+                "topic %r: cursor %r has %d acknowledged ranges; saving the first %d",
+                self._topic,
+                subscription,
+                len(acked),
+                self._max_ranges,
+            )
+        self._cursors[subscription] = (mark_delete, list(acked[: self._max_ranges]))
         self._encoded.pop(subscription, None)
         self._changed()
 
@@ -218,7 +238,7 @@ class CursorStore:
         for name, (mark_delete, acked) in self._cursors.items():
             fragment = encoded.get(name)
             if fragment is None:
-                document: dict[str, Any] = {"mark_delete": mark_delete, "acked": _ranges(acked)}
+                document: dict[str, Any] = {"mark_delete": mark_delete, "acked": acked}
                 partial = batch_acks.get(name)
                 if partial:
                     document["batch_acks"] = {str(e): words for e, words in partial.items()}
@@ -253,8 +273,8 @@ def load_cursors(path: str, topic: str) -> dict[str, CursorState]:
         cursors: dict[str, CursorState] = {}
         for name, cursor in document["subscriptions"].items():
             mark_delete = int(cursor["mark_delete"])
-            acked = [range(int(low), int(high) + 1) for low, high in cursor["acked"]]
-            cursors[str(name)] = (mark_delete, tuple(i for run in acked for i in run))
+            acked = [(int(low), int(high)) for low, high in cursor["acked"]]
+            cursors[str(name)] = (mark_delete, acked)
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise StorageError(
             f"topic {topic!r}: {path} is not a readable cursors file: {error}"
@@ -292,14 +312,3 @@ def load_batch_acks(path: str) -> dict[str, dict[int, list[int]]]:
         }
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
-
-
-def _ranges(ids: tuple[int, ...]) -> list[list[int]]:
-    """Runs of consecutive ids as ``[low, high]`` pairs; ``ids`` may come in any order."""
-    runs: list[list[int]] = []
-    for entry_id in sorted(ids):
-        if runs and entry_id <= runs[-1][1] + 1:
-            runs[-1][1] = max(runs[-1][1], entry_id)
-        else:
-            runs.append([entry_id, entry_id])
-    return runs

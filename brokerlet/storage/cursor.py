@@ -3,81 +3,190 @@
 The cursor is the part of a subscription that a durable back-end must persist: the
 mark-delete position (every entry up to it is acknowledged) and the individually acknowledged
 entries above it. Read positions and pending deliveries are dispatcher state, not cursor state.
+
+The individually acknowledged entries are kept as disjoint ranges, as Pulsar's
+``individuallyDeletedMessages`` range set is: one unacknowledged entry followed by a million
+acknowledged ones is two numbers, so saving the cursor costs the number of gaps, not the
+number of acknowledgements.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
 
-from sortedcontainers import SortedSet
+__all__ = ["AckedRanges", "Cursor"]
 
-__all__ = ["Cursor"]
+AckedRanges = list[tuple[int, int]]
+"""Disjoint, non-adjacent inclusive ``(low, high)`` runs of entry ids, ascending."""
 
 
 class Cursor:
     """Mark-delete position plus individually acknowledged entry ids above it.
+
+    The runs' first ids are a plain sorted list searched with `bisect`: acknowledging next to
+    a run (the usual case) changes only the run's end, and starting or merging runs moves
+    the list's tail, a memmove that stays small while the gaps number in the thousands.
 
     Args:
         mark_delete: id of the last entry acknowledged with everything before it
             (``first entry id - 1`` for a fresh subscription).
     """
 
-    __slots__ = ("_acked", "mark_delete")
+    __slots__ = ("_count", "_highs", "_lows", "mark_delete")
 
     def __init__(self, mark_delete: int) -> None:
         self.mark_delete = mark_delete
-        self._acked: SortedSet = SortedSet()
+        self._lows: list[int] = []  # the first id of each acknowledged run, ascending
+        self._highs: dict[int, int] = {}  # a run's first id -> its last id
+        self._count = 0  # ids in all runs
 
     @classmethod
-    def restore(cls, mark_delete: int, acked_ids: Iterable[int] = ()) -> Cursor:
-        """A cursor in a saved state (see `acked_ids`); ids at or below ``mark_delete`` are
-        ignored, and the mark-delete position moves over any run that continues it."""
+    def restore(cls, mark_delete: int, acked: Iterable[tuple[int, int]] = ()) -> Cursor:
+        """A cursor in a saved state (see `acked_ranges`); ids at or below ``mark_delete``
+        are ignored, and the mark-delete position moves over any run that continues it.
+        Runs may come in any order and may overlap or touch."""
         cursor = cls(mark_delete)
-        for entry_id in sorted(acked_ids):
-            cursor.ack(entry_id)
+        for low, high in sorted(acked):
+            cursor.ack_range(low, high)
         return cursor
 
-    def acked_ids(self) -> list[int]:
-        """The individually acknowledged ids above the mark-delete position, ascending."""
-        return list(self._acked)
+    def acked_ranges(self, limit: int | None = None) -> AckedRanges:
+        """The individually acknowledged ids above the mark-delete position, as runs: all of
+        them, or the lowest ``limit``."""
+        highs = self._highs
+        return [(low, highs[low]) for low in self._lows[:limit]]
 
     def is_acked(self, entry_id: int) -> bool:
-        return entry_id <= self.mark_delete or entry_id in self._acked
+        if entry_id <= self.mark_delete:
+            return True
+        lows = self._lows
+        if not lows:
+            return False
+        at = bisect_right(lows, entry_id)
+        return at > 0 and self._highs[lows[at - 1]] >= entry_id
 
     @property
     def individually_acked(self) -> int:
         """How many acknowledged entries sit above the mark-delete position."""
-        return len(self._acked)
+        return self._count
+
+    @property
+    def acked_runs(self) -> int:
+        """How many runs the individually acknowledged entries make (the gaps between)."""
+        return len(self._lows)
 
     def acked_up_to(self, entry_id: int) -> int:
         """How many individually acknowledged ids lie in ``(mark_delete, entry_id]``."""
-        return int(self._acked.bisect_right(entry_id))
+        lows, highs = self._lows, self._highs
+        count = 0
+        for low in lows[: bisect_right(lows, entry_id)]:
+            count += min(highs[low], entry_id) - low + 1
+        return count
 
     def ack(self, entry_id: int) -> bool:
         """Acknowledge one entry. Returns True when the mark-delete position moved."""
         if entry_id <= self.mark_delete:
             return False
-        if entry_id != self.mark_delete + 1:
-            self._acked.add(entry_id)
+        if entry_id == self.mark_delete + 1:
+            self.mark_delete = entry_id
+            self._absorb()
+            return True
+        # ack_range for one id, inlined: this runs once per acknowledged message.
+        lows, highs = self._lows, self._highs
+        at = bisect_right(lows, entry_id)
+        if at:
+            first = lows[at - 1]
+            end = highs[first]
+            if end >= entry_id:
+                return False  # acknowledged already
+            if end == entry_id - 1:  # the run before grows, and may meet the one after
+                if at < len(lows) and lows[at] == entry_id + 1:
+                    highs[first] = highs.pop(lows.pop(at))
+                else:
+                    highs[first] = entry_id
+                self._count += 1
+                return False
+        if at < len(lows) and lows[at] == entry_id + 1:  # the run after starts one earlier
+            following = lows[at]
+            lows[at] = entry_id
+            highs[entry_id] = highs.pop(following)
+        else:
+            lows.insert(at, entry_id)
+            highs[entry_id] = entry_id
+        self._count += 1
+        return False
+
+    def ack_range(self, low: int, high: int) -> bool:
+        """Acknowledge ``low..high``. Returns True when the mark-delete position moved."""
+        low = max(low, self.mark_delete + 1)
+        if low > high:
             return False
-        self.mark_delete = entry_id
-        acked = self._acked
-        while acked and acked[0] == self.mark_delete + 1:
-            self.mark_delete = acked.pop(0)
-        return True
+        lows, highs = self._lows, self._highs
+        at = bisect_right(lows, low)
+        if at > 0 and highs[lows[at - 1]] >= low - 1:
+            # Overlaps or continues the run before: that run grows, and swallows any after it
+            # that the new end now reaches.
+            first = lows[at - 1]
+            end = highs[first]
+            if high <= end:
+                return False
+            self._count += high - end
+            highs[first] = high
+            self._merge_after(at, first)
+            return False
+        lows.insert(at, low)
+        highs[low] = high
+        self._count += high - low + 1
+        self._merge_after(at + 1, low)
+        if low == self.mark_delete + 1:
+            self._absorb()
+            return True
+        return False
 
     def ack_cumulative(self, entry_id: int) -> bool:
         """Acknowledge every entry up to ``entry_id``. Returns True when the position moved."""
         if entry_id <= self.mark_delete:
             return False
-        acked = self._acked
-        del acked[: acked.bisect_right(entry_id)]
+        lows, highs = self._lows, self._highs
+        covered = bisect_right(lows, entry_id)  # the runs that start at or below entry_id
         self.mark_delete = entry_id
-        while acked and acked[0] == self.mark_delete + 1:
-            self.mark_delete = acked.pop(0)
+        for first in lows[:covered]:
+            last = highs.pop(first)
+            self._count -= last - first + 1
+            # Only the last of them can go on past entry_id; the position moves over it.
+            self.mark_delete = max(self.mark_delete, last)
+        del lows[:covered]
+        self._absorb()
         return True
 
     def reset(self, mark_delete: int) -> None:
         """Forget every acknowledgement after ``mark_delete`` (a seek)."""
         self.mark_delete = mark_delete
-        self._acked.clear()
+        self._lows.clear()
+        self._highs.clear()
+        self._count = 0
+
+    def _merge_after(self, at: int, first: int) -> None:
+        """Fold the runs from index ``at`` that the run starting at ``first`` now reaches."""
+        lows, highs = self._lows, self._highs
+        end = highs[first]
+        stop = at
+        while stop < len(lows) and lows[stop] <= end + 1:
+            following = lows[stop]
+            last = highs.pop(following)
+            self._count -= min(last, end) - following + 1
+            end = max(end, last)
+            stop += 1
+        if stop > at:
+            del lows[at:stop]
+            highs[first] = end
+
+    def _absorb(self) -> None:
+        """Move the mark-delete position over a run that now continues it."""
+        lows = self._lows
+        if lows and lows[0] == self.mark_delete + 1:
+            first = lows.pop(0)
+            last = self._highs.pop(first)
+            self._count -= last - first + 1
+            self.mark_delete = last

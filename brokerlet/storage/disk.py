@@ -418,6 +418,8 @@ class DiskStorage:
             deletes whole segments, so this is also its granularity.
         cache_bytes: budget of the per-ledger cache of recent entries served without I/O.
         cursor_flush_ms: longest delay between `CursorStore.save` and the write.
+        max_unacked_ranges_to_persist: runs of individually acknowledged ids a
+            subscription's saved cursor keeps (`CursorStore`).
         min_free_bytes: refuse to start with less free space than this.
         file_ops: the file system calls; tests pass a subclass of `FileOps` to intercept them.
 
@@ -435,6 +437,7 @@ class DiskStorage:
         segment_bytes: int = 64 * 1024 * 1024,
         cache_bytes: int = 16 * 1024 * 1024,
         cursor_flush_ms: int = 100,
+        max_unacked_ranges_to_persist: int = 10_000,
         min_free_bytes: int = 16 * 1024 * 1024,
         file_ops: FileOps | None = None,
     ) -> None:
@@ -452,6 +455,7 @@ class DiskStorage:
         self._segment_bytes = segment_bytes
         self._cache_bytes = cache_bytes
         self._cursor_flush = cursor_flush_ms / 1000
+        self._max_unacked_ranges = max_unacked_ranges_to_persist
         self._hub = gevent.get_hub()
         self._lock_fd = -1
         try:
@@ -613,6 +617,7 @@ class DiskStorage:
             flush_delay=self._cursor_flush,
             topic=name,
             new=new,
+            max_unacked_ranges=self._max_unacked_ranges,
         )
         closing = gevent.event.Event()
 
