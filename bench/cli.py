@@ -14,6 +14,7 @@ from bench.report import Row, print_header, print_table, system_info, write_json
 from bench.sections.backpressure import run_backpressure
 from bench.sections.compaction import run_compaction
 from bench.sections.consumer_semantics import run_consumer_semantics
+from bench.sections.cursor import run_cursor
 from bench.sections.dedup import run_dedup
 from bench.sections.flow import run_flow
 from bench.sections.keyshared import run_keyshared
@@ -44,6 +45,7 @@ SECTIONS = (
     "backpressure",
     "flow",
     "selector",
+    "cursor",
     "schema",
     "latency",
     "consumer",
@@ -87,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "backpressure": lambda: run_backpressure(plan),
         "flow": lambda: run_flow(plan),
         "selector": lambda: run_selector(plan),
+        "cursor": lambda: run_cursor(plan),
         "schema": lambda: run_schema(plan),
         "latency": lambda: run_latency(args.quick),
         "consumer": lambda: run_consumer_semantics(plan),

@@ -30,7 +30,7 @@ class Plan:
         storage_warmup: Messages in each back-end's untimed warm-up run.
         stall_messages: Messages sent to each stall probe.
         flow_samples: FLOW latency samples per path.
-        selector_quick: Whether the selector micro-benchmark runs its short version.
+        micro_quick: Whether the in-process sections (selector, cursor, consumer) run short.
         schema_rounds: Rounds of producer creations per kind in the schema section.
     """
 
@@ -47,7 +47,7 @@ class Plan:
     storage_warmup: int
     stall_messages: int
     flow_samples: int
-    selector_quick: bool
+    micro_quick: bool
     schema_rounds: int
 
 
@@ -65,7 +65,7 @@ FULL = Plan(
     storage_warmup=10_000,
     stall_messages=150_000,
     flow_samples=40,
-    selector_quick=False,
+    micro_quick=False,
     schema_rounds=200,
 )
 QUICK = Plan(
@@ -82,7 +82,7 @@ QUICK = Plan(
     storage_warmup=2_000,
     stall_messages=30_000,
     flow_samples=20,
-    selector_quick=True,
+    micro_quick=True,
     schema_rounds=40,
 )
 

@@ -161,7 +161,7 @@ def run_consumer_semantics(plan: Plan) -> SectionResult:
         "consumer: delay filter with 1,000,000 pending; seek by time on 1,000,000 entries",
         flush=True,
     )
-    quick = plan.selector_quick
+    quick = plan.micro_quick
     delayed, delayed_rows = _delayed(rounds=200 if quick else 1_000)
     seek, seek_rows = _seek(samples=50 if quick else 200)
     return SectionResult(data={"delayed": delayed, "seek": seek}, rows=delayed_rows + seek_rows)

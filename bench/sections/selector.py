@@ -12,15 +12,15 @@ __all__ = ["run_selector"]
 def run_selector(plan: Plan) -> SectionResult:
     """``bench/micro/selector.py``: snapshot against SortedDict lookups, and batch selection."""
     print(
-        "selector: bench/micro/selector.py" + (" --quick" if plan.selector_quick else ""),
+        "selector: bench/micro/selector.py" + (" --quick" if plan.micro_quick else ""),
         flush=True,
     )
-    results = selector_bench.run(quick=plan.selector_quick)
-    from_entries = selector_bench.run_entries(quick=plan.selector_quick)
-    table = selector_bench.run_table_build(quick=plan.selector_quick)
+    results = selector_bench.run(quick=plan.micro_quick)
+    from_entries = selector_bench.run_entries(quick=plan.micro_quick)
+    table = selector_bench.run_table_build(quick=plan.micro_quick)
     section = SectionResult(
         data={
-            "quick": plan.selector_quick,
+            "quick": plan.micro_quick,
             "results": results,
             "from_entries": from_entries,
             "table_build": table,
