@@ -367,3 +367,31 @@ def _named(name: str) -> Consumer:
         priority=0,
         connection=handle,
     )
+
+
+@pytest.mark.parametrize("range_size", [64, 1 << 16])
+def test_a_newcomer_drains_exactly_the_pending_hashes_it_takes(range_size: int) -> None:
+    # PersistentStickyKeyDispatcherMultipleConsumers: when a consumer joins, the hashes it
+    # takes that another consumer still has pending acks on wait until those are acked.
+    rules = KeySharedRules(KeySharedMeta(), Settings(), lambda: None)
+    rules.selector = ConsistentHashingSelector(replica_points=5, range_size=range_size)
+    holders = [_named(f"holder-{i}") for i in range(3)]
+    for holder in holders:
+        rules.add_consumer(holder, KeySharedMeta())
+    hashes = [*range(1, 2 * range_size), *(range_size * k - 1 for k in range(2, 40))]
+    entry_ids = itertools.count()
+    held_by: dict[int, Consumer | None] = {}
+    for key_hash in hashes:
+        holder = rules.selector.select(key_hash)
+        assert holder is not None
+        entry_id = next(entry_ids)
+        holder.pending[entry_id] = 1
+        rules.pending_hashes[entry_id] = key_hash
+        held_by[key_hash] = holder
+    newcomer = _named("newcomer")
+    rules.add_consumer(newcomer, KeySharedMeta())
+    taken = {h for h in hashes if rules.selector.select(h) is newcomer}
+    assert taken, "the newcomer owns some of the hashes"
+    assert {h for h in hashes if rules.draining.should_block(newcomer, h)} == taken
+    for key_hash in taken:  # and the old holder is not held back on its own hashes
+        assert not rules.draining.should_block(held_by[key_hash], key_hash)

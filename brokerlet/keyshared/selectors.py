@@ -26,7 +26,7 @@ STICKY             ``[0, 65535]``   ``h % 65536`` (0 -> 1)
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import compress, pairwise
 from typing import Any, Generic, Protocol
 
@@ -79,6 +79,10 @@ class Selector(Protocol[C]):
         """Reduce a 31-bit sticky-key hash into this selector's slot range."""
         ...
 
+    def slots(self, key_hashes: Iterable[int]) -> list[int]:
+        """`slot` of each hash, without a call per hash."""
+        ...
+
     def select(self, key_hash: int) -> C | None:
         """The consumer for a 31-bit sticky-key hash, or None if nobody owns it."""
         ...
@@ -125,6 +129,10 @@ class _ModuloSlots(_SnapshotPublisher[C]):
 
     def slot(self, key_hash: int) -> int:
         return key_hash % self.range_size or 1
+
+    def slots(self, key_hashes: Iterable[int]) -> list[int]:
+        size = self.range_size
+        return [key_hash % size or 1 for key_hash in key_hashes]
 
     def select(self, key_hash: int) -> C | None:
         snapshot = self.snapshot  # starts at slot 0: a slot is its own table index
@@ -310,6 +318,10 @@ class ConsistentHashingSelector(_SnapshotPublisher[C]):
 
     def slot(self, key_hash: int) -> int:
         return key_hash % self._modulus + 1
+
+    def slots(self, key_hashes: Iterable[int]) -> list[int]:
+        modulus = self._modulus
+        return [key_hash % modulus + 1 for key_hash in key_hashes]
 
     def select(self, key_hash: int) -> C | None:
         snapshot = self.snapshot
