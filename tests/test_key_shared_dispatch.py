@@ -20,6 +20,7 @@ from brokerlet.config import Settings, load_settings
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
 from brokerlet.dispatch.key_shared import KeySharedRules, entry_key_hash
 from brokerlet.dispatch.options import DispatchOptions
+from brokerlet.dispatch.replay import ReplaySet
 from brokerlet.keyshared import ConsistentHashingSelector, KeySharedMeta, sticky_key_hash
 from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import build_entry, encode_send, pb
@@ -395,3 +396,57 @@ def test_a_newcomer_drains_exactly_the_pending_hashes_it_takes(range_size: int) 
     assert {h for h in hashes if rules.draining.should_block(newcomer, h)} == taken
     for key_hash in taken:  # and the old holder is not held back on its own hashes
         assert not rules.draining.should_block(held_by[key_hash], key_hash)
+
+
+class _CountingReplay(ReplaySet):
+    """A replay set that counts the per-entry hash lookups a selection makes."""
+
+    lookups = 0
+
+    def key_hash(self, entry_id: int) -> int:
+        self.lookups += 1
+        return super().key_hash(entry_id)
+
+
+def _replay_scene() -> tuple[KeySharedRules, Consumer, Consumer, list[int], list[int]]:
+    """Two consumers and hashes of each: a slow one's and a ready one's."""
+    rules = KeySharedRules(KeySharedMeta(), Settings(), lambda: None)
+    slow, ready = _named("slow"), _named("ready")
+    for consumer in (slow, ready):
+        rules.add_consumer(consumer, KeySharedMeta())
+    slow_hashes: list[int] = []
+    ready_hashes: list[int] = []
+    for key_hash in range(1, 1 << 31, 7_919_993):
+        owner = rules.selector.select(key_hash)
+        (slow_hashes if owner is slow else ready_hashes).append(key_hash)
+    return rules, slow, ready, slow_hashes[:20], ready_hashes[:2]
+
+
+def test_a_replay_set_of_blocked_hashes_is_answered_without_a_walk() -> None:
+    # The replay set can hold a slow consumer's entries up to the look-ahead limit, and
+    # select_replay runs at every pass (replay_ready too): with none of its hashes able to
+    # go, the answer comes from the distinct hashes, not from every entry.
+    rules, slow, ready, slow_hashes, _ = _replay_scene()
+    replay = _CountingReplay()
+    for entry_id in range(2_000):
+        replay.add(entry_id, slow_hashes[entry_id % len(slow_hashes)])
+    assert rules.select_replay(replay, {slow: 0, ready: 100}, 100) == []
+    assert replay.lookups == 0
+    # An entry without a hash can always go: then the entries are walked.
+    replay.add(5_000, 0)
+    assert rules.select_replay(replay, {slow: 0, ready: 100}, 100) == [5_000]
+
+
+def test_replay_selection_with_one_open_hash_among_blocked_ones() -> None:
+    rules, slow, ready, slow_hashes, ready_hashes = _replay_scene()
+    replay = ReplaySet()
+    for entry_id in range(200):
+        replay.add(entry_id, slow_hashes[entry_id % len(slow_hashes)])
+    for entry_id in (50, 120, 199):
+        replay.discard(entry_id)
+        replay.add(entry_id, ready_hashes[0])
+    budgets = {slow: 0, ready: 2}
+    assert rules.select_replay(replay, budgets, 100) == [50, 120]
+    assert budgets[ready] == 0
+    # With permits on the slow consumer too, everything goes in entry order.
+    assert rules.select_replay(replay, {slow: 500, ready: 500}, 10) == list(range(10))

@@ -288,6 +288,21 @@ class KeySharedRules:
         chosen: list[int] = []
         blocked: set[int] = set()
         select = self.selector.select
+        if self.ordered and not replay.unhashed:
+            # A slow consumer's hashes can fill the replay set up to the look-ahead limit
+            # (20,000 entries by default), and this runs at every pass: when none of the
+            # distinct hashes can go now, say so without walking every entry.
+            draining = self.draining
+            for key_hash in replay.hashes():
+                consumer = select(key_hash)
+                if (
+                    consumer is not None
+                    and budgets.get(consumer, 0) > 0
+                    and not draining.should_block(consumer, key_hash)
+                ):
+                    break
+            else:
+                return chosen
         for entry_id in replay:
             key_hash = replay.key_hash(entry_id)
             if not key_hash or not self.ordered:

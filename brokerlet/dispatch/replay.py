@@ -8,7 +8,7 @@ subscription types), so Key_Shared can hold newer entries of a hash back while o
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, KeysView
 
 from sortedcontainers import SortedSet
 
@@ -76,3 +76,12 @@ class ReplaySet:
 
     def has_hash(self, key_hash: int) -> bool:
         return key_hash in self._counts
+
+    def hashes(self) -> KeysView[int]:
+        """The distinct non-zero hashes of the entries here."""
+        return self._counts.keys()
+
+    @property
+    def unhashed(self) -> int:
+        """How many entries here have no hash."""
+        return len(self._ids) - self._counts.total()
