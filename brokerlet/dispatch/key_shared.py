@@ -286,34 +286,23 @@ class KeySharedRules:
         it (no owner, no budget, the hash draining elsewhere); the hash then stays blocked for
         the rest of the pass."""
         chosen: list[int] = []
+        # A slow consumer's hashes can fill the replay set up to the look-ahead limit (20,000
+        # entries by default), and this runs at every pass: when none of the distinct hashes
+        # can go now, say so without walking every entry.
+        if (
+            self.ordered
+            and not replay.unhashed
+            and not any(self._taker(h, budgets) for h in replay.hashes())
+        ):
+            return chosen
         blocked: set[int] = set()
-        select = self.selector.select
-        if self.ordered and not replay.unhashed:
-            # A slow consumer's hashes can fill the replay set up to the look-ahead limit
-            # (20,000 entries by default), and this runs at every pass: when none of the
-            # distinct hashes can go now, say so without walking every entry.
-            draining = self.draining
-            for key_hash in replay.hashes():
-                consumer = select(key_hash)
-                if (
-                    consumer is not None
-                    and budgets.get(consumer, 0) > 0
-                    and not draining.should_block(consumer, key_hash)
-                ):
-                    break
-            else:
-                return chosen
         for entry_id in replay:
             key_hash = replay.key_hash(entry_id)
             if not key_hash or not self.ordered:
                 chosen.append(entry_id)
             elif key_hash not in blocked:
-                consumer = select(key_hash)
-                if (
-                    consumer is None
-                    or budgets.get(consumer, 0) <= 0
-                    or self.draining.should_block(consumer, key_hash)
-                ):
+                consumer = self._taker(key_hash, budgets)
+                if consumer is None:
                     blocked.add(key_hash)
                 else:
                     chosen.append(entry_id)
@@ -321,6 +310,18 @@ class KeySharedRules:
             if len(chosen) >= count:
                 break
         return chosen
+
+    def _taker(self, key_hash: int, budgets: dict[Consumer, int]) -> Consumer | None:
+        """The consumer that may take an entry of ``key_hash`` now, if any: its owner, with
+        permits left, and the hash not draining at another consumer."""
+        consumer = self.selector.select(key_hash)
+        if (
+            consumer is None
+            or budgets.get(consumer, 0) <= 0
+            or self.draining.should_block(consumer, key_hash)
+        ):
+            return None
+        return consumer
 
     # Handing entries out.
 
