@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import sys
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
@@ -223,9 +224,10 @@ def _slot_table(
     if len(distinct) <= 255:
         table = b"".join(map(operator.mul, map(_ONE_BYTE.__getitem__, indexes), widths))
     else:
+        # Two bytes a slot: the same join over each owner's index as a machine-order uint16.
+        pieces = [at.to_bytes(2, sys.byteorder) for at in range(len(distinct))]
         table = array("H")
-        for at, width in zip(indexes, widths, strict=True):
-            table.extend(array("H", (at,)) * width)
+        table.frombytes(b"".join(map(operator.mul, map(pieces.__getitem__, indexes), widths)))
     return distinct, table
 
 
