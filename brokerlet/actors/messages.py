@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from brokerlet.storage.cursor import CursorState
 from brokerlet.transport.protocol import Frame, pb
 
 if TYPE_CHECKING:
@@ -110,11 +111,6 @@ __all__ = [
     "WriteAfterMessages",
     "WriteCompletion",
 ]
-
-
-CursorState = tuple[int, list[tuple[int, int]]]
-"""A subscription's mark-delete entry id and the entries acknowledged beyond it, as inclusive
-runs (`Cursor.acked_ranges`)."""
 
 
 class UnexpectedMessage(Exception):  # noqa: N818 - named for what the receiver got

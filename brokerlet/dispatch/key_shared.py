@@ -153,7 +153,7 @@ class KeySharedRules:
             impacted = self.selector.add(consumer, ranges)
         except ConsumerAssignError as error:
             raise BrokerError(pb.ConsumerAssignError, str(error)) from None
-        if not any(owner is consumer for owner in self.selector.snapshot.slot_owners):
+        if consumer not in self.selector.snapshot.slot_owners:  # consumers compare by identity
             log.warning("Key_Shared consumer %r got no hash range (all points collide)", consumer)
         if self.ordered and self.meta.mode == AUTO_SPLIT:
             for other, changes in impacted.items():
@@ -175,7 +175,7 @@ class KeySharedRules:
             lost_slots[hash_range.start : hash_range.end + 1] = b"\x01" * len(hash_range)
         hashes = [h for h in map(self.pending_hashes.get, consumer.pending) if h]
         moved = map(lost_slots.__getitem__, selector.slots(hashes))
-        for key_hash in list(compress(hashes, moved)):
+        for key_hash in compress(hashes, moved):
             self.draining.add_entry(consumer, key_hash)
 
     # Hashes of entries.

@@ -24,15 +24,13 @@ import gevent.event
 from brokerlet.storage._io import StorageError
 from brokerlet.storage._segments import ReplaceFileJob, SegmentLog
 from brokerlet.storage._worker import HubWorker
+from brokerlet.storage.cursor import CursorState
 
 __all__ = ["CURSORS_FORMAT", "CursorState", "CursorStore", "load_cursors"]
 
 log = logging.getLogger(__name__)
 
 CURSORS_FORMAT = 1
-
-CursorState = tuple[int, list[tuple[int, int]]]
-"""``(mark_delete, the individually acknowledged ids above it as inclusive runs)``."""
 
 
 class CursorStore:
@@ -114,14 +112,6 @@ class CursorStore:
         if self._closed:
             log.debug("topic %r: cursor %r saved after close; ignored", self._topic, subscription)
             return
-        if len(acked) > self._max_ranges:
-            log.debug(
-                "topic %r: cursor %r has %d acknowledged ranges; saving the first %d",
-                self._topic,
-                subscription,
-                len(acked),
-                self._max_ranges,
-            )
         self._cursors[subscription] = (mark_delete, list(acked[: self._max_ranges]))
         self._encoded.pop(subscription, None)
         self._changed()

@@ -15,10 +15,13 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable
 
-__all__ = ["AckedRanges", "Cursor"]
+__all__ = ["AckedRanges", "Cursor", "CursorState"]
 
 AckedRanges = list[tuple[int, int]]
 """Disjoint, non-adjacent inclusive ``(low, high)`` runs of entry ids, ascending."""
+
+CursorState = tuple[int, AckedRanges]
+"""What a cursor is saved and handed over as: ``(mark_delete, acked_ranges())``."""
 
 
 class Cursor:
