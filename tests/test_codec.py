@@ -10,6 +10,7 @@ from google.protobuf.message import EncodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from brokerlet.storage.ledger import Entry
 from brokerlet.transport.protocol import (
     MAGIC_BROKER_ENTRY_METADATA,
     MAGIC_CRC32C,
@@ -26,6 +27,7 @@ from brokerlet.transport.protocol import (
     encode_command,
     encode_flow,
     encode_message,
+    encode_messages,
     encode_payload_command,
     encode_send,
     encode_send_receipt,
@@ -33,6 +35,7 @@ from brokerlet.transport.protocol import (
     pb,
     split_batch,
 )
+from brokerlet.transport.protocol._fast import COPY_LIMIT
 
 LIMIT = 5 * 1024 * 1024 + 10 * 1024
 T = pb.BaseCommand
@@ -653,6 +656,65 @@ def test_encode_message_matches_protobuf(
         consumer_id, ledger, entry, redelivery_count, data, crc32c(data)
     )
     assert header + body == expected
+
+
+# A batch entry: ledger, entry, redelivery count, size (around the copy limit too), ack set.
+_batch_entries = st.lists(
+    st.tuples(
+        st.sampled_from([0, 7, 1 << 40]),
+        uint64s,
+        uint32s,
+        st.sampled_from([0, 1, 100, COPY_LIMIT, COPY_LIMIT + 1, 3 * COPY_LIMIT]),
+        st.one_of(st.none(), st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=3)),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(uint64s, _batch_entries, st.one_of(st.none(), uint64s))
+def test_encode_messages_is_encode_message_back_to_back(
+    consumer_id: int,
+    batch: list[tuple[int, int, int, int, list[int] | None]],
+    epoch: int | None,
+) -> None:
+    entries = [
+        Entry(ledger, entry, bytes([entry % 251]) * size, crc32c(bytes([entry % 251]) * size), 1)
+        for ledger, entry, _, size, _ in batch
+    ]
+    counts = [redelivery for _, _, redelivery, _, _ in batch]
+    ack_sets = {entry: words for _, entry, _, _, words in batch if words is not None} or None
+    expected = b"".join(
+        b"".join(
+            encode_message(
+                consumer_id,
+                entry.ledger_id,
+                entry.entry_id,
+                count,
+                entry.data,
+                entry.checksum,
+                ack_sets.get(entry.entry_id, ()) if ack_sets else (),
+                epoch,
+            )
+        )
+        for entry, count in zip(entries, counts, strict=True)
+    )
+    buffers = encode_messages(consumer_id, entries, counts, ack_sets, epoch)
+    assert b"".join(buffers) == expected
+    # Entries over the limit are passed through, not copied; everything else is joined:
+    # one buffer before each large entry (its header at least) and one after the last.
+    large = [entry.data for entry in entries if len(entry.data) > COPY_LIMIT]
+    assert [buffer for buffer in buffers if any(buffer is data for data in large)] == large
+    tail = bool(entries) and len(entries[-1].data) <= COPY_LIMIT
+    assert len(buffers) == 2 * len(large) + tail
+
+
+def test_encode_messages_joins_a_batch_of_small_entries_into_one_buffer() -> None:
+    entries = [Entry(3, 1000 + i, ENTRY, crc32c(ENTRY), 1) for i in range(50)]
+    [buffer] = encode_messages(9, entries, [0] * 50)
+    frames = FrameDecoder(LIMIT).feed(buffer)
+    assert [f.command.message.message_id.entry_id for f in frames] == list(range(1000, 1050))
+    assert all(decode_payload(f.payload or b"").checksum_ok for f in frames)
 
 
 def test_encode_message_writes_a_zero_redelivery_count() -> None:

@@ -7,15 +7,23 @@ Prints rates, never asserts them. Run with ``python bench/micro/codec.py`` (or `
 from __future__ import annotations
 
 import argparse
+import socket
+import threading
 import time
 from collections.abc import Callable
 
+import gevent
+import gevent.socket
+
+from brokerlet.storage.ledger import Entry
+from brokerlet.transport.channel import Channel
 from brokerlet.transport.protocol import (
     FrameDecoder,
     build_entry,
     crc32c,
     decode_payload,
     encode_message,
+    encode_messages,
     encode_payload_command,
     encode_send,
     pb,
@@ -123,6 +131,53 @@ def bench_encode_message_protobuf(seconds: float) -> float:
     return _rate(run, seconds)
 
 
+def bench_batch_write(seconds: float, batch_size: int, joined: bool) -> float:
+    """Consumer batches of 128-byte messages encoded and written through a Channel.
+
+    ``joined``: :func:`encode_messages` (one buffer for the batch); otherwise a header and
+    an entry buffer per message, as before it. The socket's peer is drained by a thread, so
+    this is process CPU per message, the kernel's copy included.
+    """
+    entry = _entry(128)
+    checksum = crc32c(entry)
+    entries = [Entry(7, 100_000 + i, entry, checksum, 1) for i in range(batch_size)]
+    counts = [0] * batch_size
+
+    def pairs() -> list[bytes]:
+        buffers: list[bytes] = []
+        for e in entries:
+            buffers.extend(encode_message(3, e.ledger_id, e.entry_id, 0, e.data, e.checksum))
+        return buffers
+
+    def batch() -> list[bytes]:
+        return encode_messages(3, entries, counts)
+
+    encode = batch if joined else pairs
+    ours, peer = socket.socketpair()
+
+    def drain() -> None:
+        while peer.recv(1 << 20):
+            pass
+
+    drainer = threading.Thread(target=drain, daemon=True)
+    drainer.start()
+    channel = Channel(
+        gevent.socket.socket(fileno=ours.detach()), high_watermark=1 << 30, low_watermark=1 << 29
+    )
+    written = 0
+    started, cpu = time.perf_counter(), time.process_time()
+    while time.perf_counter() - started < seconds:
+        for _ in range(20):
+            channel.write(encode())
+        gevent.sleep(0)  # the channel's flush
+        written += 20 * batch_size
+    used = time.process_time() - cpu
+    channel.close()
+    drainer.join(5)
+    peer.close()
+    return used / written * 1e6
+
+
 def main() -> None:
     """Print each measurement on its own line."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -144,6 +199,14 @@ def main() -> None:
     print(f"encode_message:                          {fast:>12,.0f} messages/s")
     print(f"MESSAGE via protobuf objects:            {slow:>12,.0f} messages/s")
     print(f"hand-rolled / protobuf:                  {fast / slow:>12.2f}x")
+    for size in (1, 20, 100):
+        pairs = bench_batch_write(seconds, size, joined=False)
+        joined = bench_batch_write(seconds, size, joined=True)
+        print(
+            f"encode + write a batch of {size:>3}, process CPU per message: joined "
+            f"{joined:.2f} µs, a header and an entry buffer each {pairs:.2f} µs "
+            f"({joined / pairs:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

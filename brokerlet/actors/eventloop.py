@@ -1,7 +1,8 @@
 """Event-loop actors: the I/O tasks of the connections assigned to them (Netty-style).
 
 A dispatcher hands each consumer batch to the event loop of the consumer's connection as one
-message; the loop encodes the MESSAGE frames and makes one vectored write of the batch.
+message; the loop encodes the MESSAGE frames (small ones joined into one buffer) and makes one
+vectored write of the batch.
 
 * The batch carries what its written bytes wake (the dispatcher's conflated read request):
   the channel's writer greenlet requests it once the batch is in the kernel. One hop, straight
@@ -28,7 +29,7 @@ from brokerlet.actors.messages import (
     WriteCompletion,
 )
 from brokerlet.dispatch.consumer import ConnectionHandle
-from brokerlet.transport.protocol import encode_message
+from brokerlet.transport.protocol import encode_messages
 
 __all__ = ["EventLoopActor"]
 
@@ -57,23 +58,13 @@ class EventLoopActor(GeventActor):
         connection = consumer.connection
         if connection.closed:
             return  # the connection's cleanup releases these entries for redelivery
-        consumer_id = consumer.consumer_id
-        buffers: list[bytes] = []
-        ack_sets = message.ack_sets
-        epoch = message.epoch
-        for entry, redelivery_count in zip(message.entries, message.redelivery_counts, strict=True):
-            header, data = encode_message(
-                consumer_id,
-                entry.ledger_id,
-                entry.entry_id,
-                redelivery_count,
-                entry.data,
-                entry.checksum,
-                ack_sets.get(entry.entry_id, ()) if ack_sets else (),
-                epoch,
-            )
-            buffers.append(header)
-            buffers.append(data)
+        buffers = encode_messages(
+            consumer.consumer_id,
+            message.entries,
+            message.redelivery_counts,
+            message.ack_sets,
+            message.epoch,
+        )
         channel = connection.channel
         channel.write(buffers, _Written(message.completion))
         if channel.send_blocked and consumer.read_gate is not None:

@@ -25,6 +25,7 @@ from brokerlet.transport.protocol._fast import (
     encode_ack,
     encode_flow,
     encode_message,
+    encode_messages,
     encode_send,
     encode_send_receipt,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "encode_consumer_stats_response",
     "encode_flow",
     "encode_message",
+    "encode_messages",
     "encode_payload_command",
     "encode_send",
     "encode_send_receipt",

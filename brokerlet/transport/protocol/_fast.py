@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple, Protocol
 
 import crc32c as _crc32c_lib
 
@@ -29,6 +29,7 @@ __all__ = [
     "encode_ack",
     "encode_flow",
     "encode_message",
+    "encode_messages",
     "encode_send",
     "encode_send_receipt",
 ]
@@ -157,6 +158,106 @@ def encode_message(  # noqa: PLR0917 (the positional signature is the public API
         )
     )
     return header, entry
+
+
+class StoredEntry(Protocol):
+    """What :func:`encode_messages` reads of an entry (a ledger's ``Entry``)."""
+
+    @property
+    def ledger_id(self) -> int: ...
+    @property
+    def entry_id(self) -> int: ...
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def checksum(self) -> int: ...
+
+
+COPY_LIMIT = 8 * 1024
+"""Entries up to this size are copied into their batch's buffer by :func:`encode_messages`.
+
+A separate buffer costs more than copying this much: the channel's bookkeeping per buffer and
+the kernel's per iovec come to a few µs, a memcpy of 8 KiB to about half of one."""
+
+
+def encode_messages(
+    consumer_id: int,
+    entries: Iterable[StoredEntry],
+    redelivery_counts: Iterable[int],
+    ack_sets: Mapping[int, Sequence[int]] | None = None,
+    consumer_epoch: int | None = None,
+) -> list[bytes]:
+    """Encode the MESSAGE frames of one consumer batch into as few buffers as possible.
+
+    The bytes are those of :func:`encode_message` for each entry, back to back. Frame
+    headers, and entries up to :data:`COPY_LIMIT` bytes, are joined into one buffer; a
+    larger entry is passed through uncopied as a buffer of its own. A batch of small
+    messages is then one buffer for the channel and one iovec for the kernel.
+
+    Args:
+        consumer_id: The consumer's id on its connection.
+        entries: The batch's entries, in delivery order.
+        redelivery_counts: Times each entry was delivered before (same order).
+        ack_sets: entry id -> int64 words of a partly acknowledged batch's members not
+            acked yet; entries not in it are sent whole.
+        consumer_epoch: the consumer's epoch, written in every frame when given.
+
+    Returns:
+        The buffers, to be written back to back with one vectored write.
+    """
+    consumer = _consumer_prefix(consumer_id)
+    epoch = b"" if consumer_epoch is None else b"\x28" + _uint(consumer_epoch)
+    buffers: list[bytes] = []
+    pieces: list[bytes] = []
+    ledger_id = -1
+    ledger = b""
+    for entry, redelivery_count in zip(entries, redelivery_counts, strict=True):
+        data = entry.data
+        ack_set = ack_sets.get(entry.entry_id) if ack_sets else None
+        if ack_set:
+            header, _ = encode_message(
+                consumer_id,
+                entry.ledger_id,
+                entry.entry_id,
+                redelivery_count,
+                data,
+                entry.checksum,
+                ack_set,
+                consumer_epoch,
+            )
+            pieces.append(header)
+        else:
+            # encode_message's frame, inline: without an ack set the body is at most 52
+            # bytes, so every length is one varint byte.
+            if entry.ledger_id != ledger_id:
+                ledger_id = entry.ledger_id
+                ledger = _ledger_prefix(ledger_id)
+            message_id = ledger + _uint(entry.entry_id)
+            redelivery = (
+                _REDELIVERY_ZERO
+                if redelivery_count == 0
+                else b"\x18" + _uint(redelivery_count, _UINT32_LIMIT)
+            )
+            body_size = len(consumer) + 1 + len(message_id) + len(redelivery) + len(epoch)
+            command_size = body_size + 4
+            pieces.append(_FRAME_HEADER.pack(command_size + 10 + len(data), command_size))
+            pieces.append(_MESSAGE_PREFIX)
+            pieces.append(_ONE_BYTE_VARINTS[body_size])
+            pieces.append(consumer)
+            pieces.append(_ONE_BYTE_VARINTS[len(message_id)])
+            pieces.append(message_id)
+            pieces.append(redelivery)
+            pieces.append(epoch)
+            pieces.append(_CHECKSUM_HEADER.pack(MAGIC_CRC32C, entry.checksum))
+        if len(data) <= COPY_LIMIT:
+            pieces.append(data)
+        else:
+            buffers.append(b"".join(pieces))
+            buffers.append(data)
+            pieces = []
+    if pieces:
+        buffers.append(b"".join(pieces))
+    return buffers
 
 
 def encode_send_receipt(
