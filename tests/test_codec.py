@@ -31,6 +31,7 @@ from brokerlet.transport.protocol import (
     encode_payload_command,
     encode_send,
     encode_send_receipt,
+    encode_send_receipts,
     parse_metadata,
     pb,
     split_batch,
@@ -715,6 +716,25 @@ def test_encode_messages_joins_a_batch_of_small_entries_into_one_buffer() -> Non
     frames = FrameDecoder(LIMIT).feed(buffer)
     assert [f.command.message.message_id.entry_id for f in frames] == list(range(1000, 1050))
     assert all(decode_payload(f.payload or b"").checksum_ok for f in frames)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    uint64s,
+    uint64s,
+    st.integers(0, U64_MAX - 20),
+    st.lists(st.tuples(uint64s, st.one_of(st.none(), uint64s)), max_size=12),
+)
+def test_encode_send_receipts_is_encode_send_receipt_back_to_back(
+    producer_id: int, ledger: int, first: int, sends: list[tuple[int, int | None]]
+) -> None:
+    # An unbatched SEND's highest sequence id is its sequence id (None here).
+    pairs = [(sequence, sequence if highest is None else highest) for sequence, highest in sends]
+    expected = b"".join(
+        encode_send_receipt(producer_id, sequence, highest, ledger, first + index)
+        for index, (sequence, highest) in enumerate(pairs)
+    )
+    assert encode_send_receipts(producer_id, ledger, first, pairs) == expected
 
 
 def test_encode_message_writes_a_zero_redelivery_count() -> None:

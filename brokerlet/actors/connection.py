@@ -37,6 +37,7 @@ from brokerlet.actors.messages import (
     AddProducer,
     Append,
     Appended,
+    AppendedAll,
     AppendItem,
     ConnectionLost,
     ConsumerClosedByBroker,
@@ -98,6 +99,7 @@ from brokerlet.transport.protocol import (
     encode_command,
     encode_consumer_stats_response,
     encode_send_receipt,
+    encode_send_receipts,
     metadata_problem,
     parse_metadata,
     pb,
@@ -223,6 +225,8 @@ class ConnectionActor(GeventActor):
         kind = message.__class__
         if kind is Received:
             self._received(message.frames)
+        elif kind is AppendedAll:
+            self._appended_all(message)
         elif kind is Appended:
             self._appended(message)
         elif kind is ConnectionLost:
@@ -720,6 +724,16 @@ class ConnectionActor(GeventActor):
         append = Append(self.actor_ref, producer.producer_id, items)
         if not tell_quietly(producer.topic_ref, append):
             self._producer_closed_by_broker(producer)  # its topic failed: reconnect
+
+    def _appended_all(self, message: AppendedAll) -> None:
+        if message.producer_id not in self.producers:
+            return  # closed meanwhile; the client stopped waiting for receipts
+        # One buffer for the whole run of receipts: one channel entry and one send.
+        self.channel.write(
+            encode_send_receipts(
+                message.producer_id, message.ledger_id, message.first_entry_id, message.items
+            )
+        )
 
     def _appended(self, message: Appended) -> None:
         if message.producer_id not in self.producers:

@@ -37,6 +37,7 @@ __all__ = [
     "AppendDone",
     "AppendItem",
     "Appended",
+    "AppendedAll",
     "BacklogQuotaReport",
     "BatchWritten",
     "CancelRead",
@@ -235,7 +236,8 @@ class AppendItem(NamedTuple):  # a tuple: one per message, built cheaply
 
 @dataclass(slots=True)  # built for every message or pass: see the module docstring
 class Append:
-    """One run of SENDs of one producer; answered with :class:`Appended`."""
+    """One run of SENDs of one producer; answered with :class:`AppendedAll` or
+    :class:`Appended`."""
 
     reply_to: pykka.ActorRef[ConnectionActor]
     producer_id: int
@@ -539,8 +541,21 @@ class Receipt(NamedTuple):  # a tuple: one per message, built cheaply
 
 
 @dataclass(slots=True)  # built for every message or pass: see the module docstring
+class AppendedAll:
+    """Every item of one :class:`Append` stored, in order, at entry ids from
+    ``first_entry_id`` in ledger ``ledger_id``: the usual answer, without a receipt object
+    per message (the connection encodes the receipts from its own items)."""
+
+    producer_id: int
+    items: list[AppendItem]
+    ledger_id: int
+    first_entry_id: int
+
+
+@dataclass(slots=True)  # built for every message or pass: see the module docstring
 class Appended:
-    """The receipts of one :class:`Append`."""
+    """The receipts of one :class:`Append`, one per item: when some were refused, answered
+    without storing (repeated sequence ids), or the append failed."""
 
     producer_id: int
     receipts: list[Receipt]

@@ -24,6 +24,7 @@ from brokerlet.actors.messages import (
     Append,
     AppendDone,
     Appended,
+    AppendedAll,
     BacklogQuotaReport,
     CancelRead,
     CloseClients,
@@ -275,6 +276,22 @@ class TopicActor(GeventActor):
             new = [item.entry for item in items if item.entry is not None]
 
         def appended(result: int | BaseException) -> None:
+            # The producer's connection may be gone (a reset mid-append): not our failure.
+            if isinstance(result, int) and not decided and len(new) == len(items):
+                answer: Any = AppendedAll(message.producer_id, items, ledger_id, result)
+            else:
+                answer = Appended(message.producer_id, receipts(result))
+            tell_quietly(message.reply_to, answer)
+            if screened is not None:
+                last_id = result + len(new) - 1 if isinstance(result, int) else -2
+                self.producer_state.appended(screened, items, decided, result, last_id)
+            if isinstance(result, int):
+                self.msg_in += sum(e.num_messages for e in new)
+                self.bytes_in += sum(len(e.data) for e in new)
+                self._complete_waiting_reads()
+
+        def receipts(result: int | BaseException) -> list[Receipt]:
+            """One per item, in order: refusals and answers decided before storage among them."""
             receipts = []
             next_id = result if isinstance(result, int) else -1
             for index, item in enumerate(items):
@@ -294,14 +311,7 @@ class TopicActor(GeventActor):
                 receipts.append(
                     Receipt(item.sequence_id, item.highest_sequence_id, ledger_id, -1, *error)
                 )
-            # The producer's connection may be gone (a reset mid-append): not our failure.
-            tell_quietly(message.reply_to, Appended(message.producer_id, receipts))
-            if screened is not None:
-                self.producer_state.appended(screened, items, decided, result, next_id - 1)
-            if isinstance(result, int):
-                self.msg_in += sum(e.num_messages for e in new)
-                self.bytes_in += sum(len(e.data) for e in new)
-                self._complete_waiting_reads()
+            return receipts
 
         if new:
             self.ledger.append(new, self._on_actor(appended))

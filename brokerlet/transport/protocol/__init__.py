@@ -28,6 +28,7 @@ from brokerlet.transport.protocol._fast import (
     encode_messages,
     encode_send,
     encode_send_receipt,
+    encode_send_receipts,
 )
 from brokerlet.transport.protocol._framing import (
     PROTOCOL_VERSION,
@@ -89,6 +90,7 @@ __all__ = [
     "encode_payload_command",
     "encode_send",
     "encode_send_receipt",
+    "encode_send_receipts",
     "metadata_problem",
     "parse_metadata",
     "pb",

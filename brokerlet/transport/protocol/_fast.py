@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import crc32c as _crc32c_lib
 
@@ -32,6 +32,7 @@ __all__ = [
     "encode_messages",
     "encode_send",
     "encode_send_receipt",
+    "encode_send_receipts",
 ]
 
 _FRAME_HEADER = struct.Struct(">II")
@@ -299,6 +300,52 @@ def encode_send_receipt(
     return b"".join(
         (_FRAME_HEADER.pack(size + 8, size + 4), _RECEIPT_PREFIX, _ONE_BYTE_VARINTS[size], body)
     )
+
+
+def encode_send_receipts(
+    producer_id: int,
+    ledger_id: int,
+    first_entry_id: int,
+    sends: Iterable[Sequence[Any]],
+) -> bytes:
+    """Encode the SEND_RECEIPT frames of a run of SENDs stored at consecutive entry ids.
+
+    The bytes are those of :func:`encode_send_receipt` for each SEND, back to back, with
+    the producer and ledger prefixes looked up once.
+
+    Args:
+        producer_id: The producer's id on its connection.
+        ledger_id: Ledger the entries were stored in.
+        first_entry_id: Entry id of the first SEND's entry; each next one is one more.
+        sends: one sequence per SEND starting (sequence_id, highest_sequence_id), such as
+            the connection's append items.
+
+    Returns:
+        The frames as one buffer.
+    """
+    producer = _producer_prefix(producer_id)
+    ledger = _ledger_prefix(ledger_id)
+    pieces: list[bytes] = []
+    entry_id = first_entry_id
+    for send in sends:
+        sequence_id = send[0]
+        sequence = _uint(sequence_id)
+        highest = sequence if send[1] == sequence_id else _uint(send[1])
+        message_id = ledger + _uint(entry_id)
+        entry_id += 1
+        # As encode_send_receipt: the body is at most 57 bytes, one varint byte of length.
+        size = len(producer) + len(sequence) + len(message_id) + len(highest) + 3
+        pieces.append(_FRAME_HEADER.pack(size + 8, size + 4))
+        pieces.append(_RECEIPT_PREFIX)
+        pieces.append(_ONE_BYTE_VARINTS[size])
+        pieces.append(producer)
+        pieces.append(sequence)
+        pieces.append(b"\x1a")
+        pieces.append(_ONE_BYTE_VARINTS[len(message_id)])
+        pieces.append(message_id)
+        pieces.append(b"\x20")
+        pieces.append(highest)
+    return b"".join(pieces)
 
 
 def encode_send(
