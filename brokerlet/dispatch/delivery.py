@@ -176,14 +176,12 @@ class DeliveryBook:
         cursor = self.cursor
         if cumulative:
             upto = max(entry_ids)
-            for entry_id in [e for e in self.pending_owner if e <= upto]:
-                self._forget(entry_id)
-            for entry_id in self.replay.up_to(upto):
-                self._forget(entry_id)
+            self._forget([e for e in self.pending_owner if e <= upto])
+            self._forget(self.replay.up_to(upto))
             return cursor.ack_cumulative(upto)
+        self._forget(entry_ids)
         moved = False
         for entry_id in entry_ids:
-            self._forget(entry_id)
             moved = cursor.ack(entry_id) or moved
         return moved
 
@@ -202,14 +200,26 @@ class DeliveryBook:
         owner = self.pending_owner.get(entry_id)
         return None if owner is None else owner.pending.get(entry_id)
 
-    def _forget(self, entry_id: int) -> None:
-        owner = self.pending_owner.pop(entry_id, None)
-        if owner is not None:
-            if self.hooks.tracks_entries:
-                self.hooks.released(owner, entry_id, closing=False)
-            self._consumer_acked(owner, owner.pending.pop(entry_id, 0))
-        self.replay.discard(entry_id)
-        self.redelivery_counts.pop(entry_id, None)
+    def _forget(self, entry_ids: list[int]) -> None:
+        """Acknowledged entries leave the pending and replay sets; each owner's unacked
+        count is settled once for all of its entries (an ACK carries many)."""
+        owners = self.pending_owner
+        hooks = self.hooks if self.hooks.tracks_entries else None
+        replay = self.replay
+        counts = self.redelivery_counts
+        settled: dict[Consumer, int] = {}
+        for entry_id in entry_ids:
+            owner = owners.pop(entry_id, None)
+            if owner is not None:
+                if hooks is not None:
+                    hooks.released(owner, entry_id, closing=False)
+                settled[owner] = settled.get(owner, 0) + owner.pending.pop(entry_id, 0)
+            if replay:
+                replay.discard(entry_id)
+            if counts:
+                counts.pop(entry_id, None)
+        for owner, messages in settled.items():
+            self._consumer_acked(owner, messages)
 
     def forget_all(self) -> None:
         """Seek: nothing is pending or counted any more (the consumers are gone)."""
