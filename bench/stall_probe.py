@@ -42,6 +42,7 @@ import gevent
 import greenlet
 
 from brokerlet import Broker
+from brokerlet.cli import settle_heap
 
 __all__ = ["READY_PREFIX", "TICK_S", "Meter", "greenlet_kind", "main"]
 
@@ -231,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sync_policy=args.sync_policy,
         web_service_enabled=False,
     ).start()
-    gc.freeze()  # as `brokerlet serve` does once it is ready
+    settle_heap()  # as `brokerlet serve` does once it is ready
     meter = Meter()
     # _hub is the broker thread's hub: the ticker must run on the loop that serves clients.
     broker._hub.loop.run_callback_threadsafe(_start_ticker, meter)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import gc
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ import pykka
 
 from bench.stall_probe import greenlet_kind
 from brokerlet import Broker
+from brokerlet.cli import settle_heap
 
 __all__ = ["main"]
 
@@ -104,7 +104,7 @@ def main() -> None:
             sync_policy="never",
             web_service_enabled=False,
         ).start()
-        gc.freeze()  # as `brokerlet serve` does once it is ready
+        settle_heap()  # as `brokerlet serve` does once it is ready
         broker._hub.loop.run_callback_threadsafe(profile.install)
         command = [
             sys.executable,

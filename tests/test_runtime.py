@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import queue
+import subprocess
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -452,3 +454,16 @@ def test_a_reader_killed_while_waiting_leaves_the_inbox_working() -> None:
     inbox.put("kept")
     assert inbox.qsize() == 1
     assert gevent.spawn(inbox.get).get(timeout=WAIT) == "kept"
+
+
+def test_brokerlet_serve_freezes_its_heap_and_raises_the_young_threshold() -> None:
+    # In a child: the collector's settings are process-wide.
+    code = (
+        "import gc; from brokerlet.cli import settle_heap, YOUNG_GC_THRESHOLD as T; "
+        "before = gc.get_threshold(); settle_heap(); after = gc.get_threshold(); "
+        "print(after == (T, *before[1:]), gc.get_freeze_count() > 0)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.split() == ["True", "True"]
