@@ -32,6 +32,7 @@ from brokerlet.transport.protocol import (
     encode_send,
     encode_send_receipt,
     encode_send_receipts,
+    metadata_problem,
     parse_metadata,
     pb,
     split_batch,
@@ -578,6 +579,35 @@ def test_parse_metadata() -> None:
 def test_parse_metadata_rejects(entry: bytes, reason: str) -> None:
     with pytest.raises(ProtocolError, match=reason):
         parse_metadata(entry)
+
+
+def _some_metadata() -> st.SearchStrategy[bytes]:
+    """Serialised metadata with any of the required fields left out, or random bytes."""
+    fields = st.fixed_dictionaries(
+        {},
+        optional={
+            "producer_name": st.text(max_size=5),
+            "sequence_id": st.integers(0, U64_MAX),
+            "publish_time": st.integers(0, U64_MAX),
+            "partition_key": st.text(max_size=5),
+            "num_messages_in_batch": st.integers(-(1 << 31), (1 << 31) - 1),
+        },
+    )
+    built = fields.map(lambda f: pb.MessageMetadata(**f).SerializePartialToString())
+    return st.one_of(built, st.binary(max_size=12), built.map(lambda b: b[:-1]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_some_metadata(), st.integers(-2, 10))
+def test_metadata_problem_is_parse_metadatas_verdict(metadata: bytes, skew: int) -> None:
+    # skew: a size field that cuts the metadata, takes in payload bytes or runs past the end.
+    entry = struct.pack(">I", max(0, len(metadata) + skew)) + metadata + b"payload"
+    reason = None
+    try:
+        parse_metadata(entry)
+    except ProtocolError as error:
+        reason = error.reason
+    assert metadata_problem(entry) == reason
 
 
 def test_build_entry_layout() -> None:

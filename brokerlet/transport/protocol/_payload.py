@@ -41,6 +41,7 @@ MAGIC_BROKER_ENTRY_METADATA = 0x0E02
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_metadata_from = pb.MessageMetadata.FromString
 _MAGIC_AND_U32 = struct.Struct(">HI")
 _U32_PAIR = struct.Struct(">II")
 _CRC32C_MAGIC_BYTES = MAGIC_CRC32C.to_bytes(2, "big")
@@ -175,14 +176,19 @@ def metadata_problem(entry: bytes) -> str | None:
         metadata_size = _check_entry(entry)
     except ProtocolError as error:
         return error.reason
+    view = memoryview(entry)[4 : 4 + metadata_size]
+    try:
+        # The usual answer in one parse; FromString does not check required fields.
+        if _metadata_from(view).IsInitialized():  # type: ignore[arg-type]
+            return None
+    except DecodeError:
+        pass
     metadata = pb.MessageMetadata()
     try:
-        merge_from(metadata, memoryview(entry)[4 : 4 + metadata_size])
+        merge_from(metadata, view)
     except DecodeError as exc:
         return f"undecodable message metadata: {exc}"
-    if not metadata.IsInitialized():
-        return f"message metadata is missing required fields: {missing_fields(metadata)}"
-    return None
+    return f"message metadata is missing required fields: {missing_fields(metadata)}"
 
 
 def build_entry(metadata: pb.MessageMetadata, payload: bytes) -> bytes:
