@@ -668,54 +668,55 @@ class ConnectionActor(GeventActor):
         items: list[AppendItem] = []
         max_size = self.settings.max_message_size
         for send, payload in sends:
-            if producer is None or send.producer_id != producer.producer_id:
-                run = by_producer.get(send.producer_id)
+            # Unpacked once: a NamedTuple's fields by name cost a descriptor call each.
+            producer_id, sequence_id, num_messages, highest = send
+            if producer is None or producer_id != producer.producer_id:
+                run = by_producer.get(producer_id)
                 if run is None:
-                    known = self.producers.get(send.producer_id)
+                    known = self.producers.get(producer_id)
                     if known is None:
-                        self._disconnect(f"SEND for unknown producer {send.producer_id}")
+                        self._disconnect(f"SEND for unknown producer {producer_id}")
                         return False
-                    run = by_producer[send.producer_id] = (known, [])
+                    run = by_producer[producer_id] = (known, [])
                 producer, items = run
-            if send.num_messages < 1:
-                self._disconnect(f"malformed SEND: num_messages {send.num_messages}")
+            if num_messages < 1:
+                self._disconnect(f"malformed SEND: num_messages {num_messages}")
                 return False
             try:
-                section = decode_payload(payload)
+                data, checksum, checksum_ok = decode_payload(payload)
             except ProtocolError as error:
                 self._disconnect(f"malformed SEND payload: {error.reason}")
                 return False
-            highest = (
-                send.sequence_id if send.highest_sequence_id is None else send.highest_sequence_id
-            )
+            if highest is None:
+                highest = sequence_id
             entry = None
             refusal = None
-            if not section.checksum_ok:
+            if not checksum_ok:
                 log.warning(
                     "%s: checksum mismatch on SEND %d of producer %s",
                     self.peer,
-                    send.sequence_id,
+                    sequence_id,
                     producer.name,
                 )
-            elif len(section.entry) > max_size and not _is_chunk(section.entry):
+            elif len(data) > max_size and not _is_chunk(data):
                 # The frame limit leaves room for the command; the message itself may not.
                 refusal = (
                     pb.NotAllowedError,
-                    f"Exceed maximum message size: {len(section.entry)} > {max_size} bytes",
+                    f"Exceed maximum message size: {len(data)} > {max_size} bytes",
                 )
             else:
-                refusal = _metadata_refusal(section.entry)
+                refusal = _metadata_refusal(data)
                 if refusal is None:
-                    entry = NewEntry(section.entry, section.checksum, send.num_messages)
+                    entry = NewEntry(data, checksum, num_messages)
             if refusal is not None:
                 self._refused.warn(
                     "%s: refused SEND %d of producer %s: %s",
                     self.peer,
-                    send.sequence_id,
+                    sequence_id,
                     producer.name,
                     refusal[1],
                 )
-            items.append(AppendItem(send.sequence_id, highest, entry, refusal))
+            items.append(AppendItem(sequence_id, highest, entry, refusal))
         for producer, items in by_producer.values():
             self._append(producer, items)
         return True
