@@ -76,6 +76,11 @@ class Meter:
         self._gc_since_tick = 0.0
         # greenlet name -> (its longest run, that run's CPU time on the hub's thread), s
         self.longest_runs: dict[str, tuple[float, float]] = {}
+        # The same over runs no garbage collection began in, and how many runs held one.
+        self.longest_runs_without_gc: dict[str, tuple[float, float]] = {}
+        self.runs_with_gc = 0
+        self._collections = 0
+        self._collections_at_switch = 0
         self._switched_at = time.perf_counter()
         self._switched_cpu = 0.0
         self._runs_in_gap: list[tuple[str, float]] = []  # (kind, CPU s) since the last tick
@@ -95,6 +100,11 @@ class Meter:
         self._runs_in_gap.append((name, ran_cpu))
         if ran_cpu > self.longest_runs.get(name, (0.0, 0.0))[1]:
             self.longest_runs[name] = (ran, ran_cpu)
+        if self._collections != self._collections_at_switch:
+            self._collections_at_switch = self._collections
+            self.runs_with_gc += 1
+        elif ran_cpu > self.longest_runs_without_gc.get(name, (0.0, 0.0))[1]:
+            self.longest_runs_without_gc[name] = (ran, ran_cpu)
 
     def ticker(self) -> None:
         """Sleep 1 ms at a time on the current hub, recording each gap between wake-ups."""
@@ -131,6 +141,8 @@ class Meter:
         self.gaps, self.gap_cpu, self.gap_gc = array("d"), array("d"), array("d")
         self.gc_pauses = []
         self.longest_runs = {}
+        self.longest_runs_without_gc = {}
+        self.runs_with_gc = 0
         self.busiest_gaps = []
 
     def report(self) -> dict[str, Any]:
@@ -158,6 +170,9 @@ class Meter:
         )
         pause, generation = max(self.gc_pauses, default=(0.0, -1))
         runs = sorted(self.longest_runs.items(), key=lambda item: item[1][1], reverse=True)
+        clean = max(
+            self.longest_runs_without_gc.items(), key=lambda item: item[1][1], default=("", (0, 0))
+        )
         return {
             "ticks": count,
             "max_gap_ms": gaps[worst] * 1000,
@@ -174,6 +189,11 @@ class Meter:
             "max_gc_pause_generation": generation,
             "max_run_cpu_ms": runs[0][1][1] * 1000 if runs else 0.0,
             "max_run_ms": runs[0][1][0] * 1000 if runs else 0.0,
+            # A collection runs inside whichever greenlet allocated: the longest run without
+            # one is the longest stretch of the broker's own work.
+            "max_run_without_gc_cpu_ms": clean[1][1] * 1000,
+            "max_run_without_gc_kind": clean[0],
+            "runs_with_gc": self.runs_with_gc,
             # The ticker's work per run takes microseconds: its longest run is what this
             # machine charges a run beyond its work (preemption, the hypervisor's steal).
             "ticker_run_cpu_ms": self.longest_runs.get(TICKER_NAME, (0.0, 0.0))[1] * 1000,
@@ -186,6 +206,7 @@ class Meter:
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
+            self._collections += 1
             self._gc_began = time.perf_counter()
         else:
             took = time.perf_counter() - self._gc_began

@@ -255,7 +255,10 @@ def _measure_stalls(backend: str, messages: int, producers: int, nice: int = 0) 
     print(
         f"    hub CPU within a gap: largest {figures['max_gap_hub_cpu_ms']:.2f} ms, p99.9 "
         f"{figures['p999_gap_hub_cpu_ms']:.2f} ms; longest runs without yielding, ms of CPU "
-        f"(wall): {runs}",
+        f"(wall): {runs}; without a collection in it "
+        f"{figures.get('max_run_without_gc_cpu_ms', 0.0):.2f} "
+        f"({figures.get('max_run_without_gc_kind', '')}; {figures.get('runs_with_gc', 0)} runs "
+        "held one)",
         flush=True,
     )
     for gap in figures.get("busiest_gaps", ()):
@@ -315,7 +318,9 @@ def _stall_rows(stalls: dict[str, dict[str, Any]]) -> list[Row]:
             Row(
                 f"  longest run without yielding (CPU), {label}",
                 f"{figures['max_run_cpu_ms']:.1f} ms",
-                f"{slowest}; {figures['max_run_ms']:.1f} ms wall; the ticker's longest "
+                f"{slowest}; {figures['max_run_ms']:.1f} ms wall; without a collection in it "
+                f"{figures.get('max_run_without_gc_cpu_ms', 0.0):.1f} ms "
+                f"({figures.get('max_run_without_gc_kind', '')}); the ticker's longest "
                 f"{figures.get('ticker_run_cpu_ms', 0.0):.1f} ms (the machine's floor)",
                 f"<= {RUN_TARGET_MS:.0f} ms" if disk else "reference",
                 _judged(figures, disk, float(figures["max_run_cpu_ms"]), RUN_TARGET_MS),
