@@ -26,6 +26,8 @@ from pathlib import Path
 import gevent
 import gevent.event
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from brokerlet.storage import (
     Cursor,
@@ -37,6 +39,7 @@ from brokerlet.storage import (
     StorageError,
     SyncPolicy,
 )
+from brokerlet.storage._reading import TailCache
 from brokerlet.storage._records import RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE
 from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import crc32c
@@ -934,3 +937,70 @@ def test_a_topic_directory_with_an_empty_topic_file_is_skipped(
     (lost / "topic").write_bytes(b"")
     storage = open_storage()
     assert storage.topics() == [TOPIC]
+
+
+# --- the tail cache ---------------------------------------------------------------------
+
+_cache_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("extend"), st.lists(st.integers(0, 300), min_size=1, max_size=40)),
+        st.tuples(st.just("drop"), st.integers(0, 400)),
+        st.tuples(st.just("clear"), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_cache_ops, st.integers(0, 20_000))
+def test_the_tail_cache_keeps_a_window_of_the_newest_entries(
+    ops: list[tuple[str, object]], limit: int
+) -> None:
+    # Model: every entry appended so far by id, and the window's first id.
+    cache = TailCache(limit, 0)
+    appended: dict[int, Entry] = {}
+    next_id = 0
+    first = 0
+    for op, arg in ops:
+        if op == "extend":
+            assert isinstance(arg, list)
+            news = [NewEntry(bytes([n % 256]) * n, n * 7, n % 5 + 1) for n in arg]
+            cache.extend(9, next_id, news)
+            for offset, new in enumerate(news):
+                appended[next_id + offset] = Entry(9, next_id + offset, *new)
+            next_id += len(news)
+        elif op == "drop":
+            assert isinstance(arg, int)
+            cache.drop_below(arg)
+            first = max(first, min(arg, next_id))
+        else:
+            cache.clear()
+            first = next_id
+        # Only the front is dropped: by drop_below, clear, and eviction past the budget.
+        assert first <= cache.first_id <= next_id
+        evicted = cache.first_id > first
+        first = cache.first_id
+        kept = [appended[i] for i in range(first, next_id)]
+        assert cache.window(first, next_id - 1) == kept
+        assert all(cache.get(i) == appended[i] for i in range(first, next_id))
+        assert cache.get(first - 1) is None
+        assert cache.get(next_id) is None
+        charged = sum(len(e.data) + 120 for e in kept)
+        assert charged <= limit
+        if evicted:  # no more than needed: the entry before the window would not fit
+            assert charged + len(appended[first - 1].data) + 120 > limit
+
+
+def test_the_tail_cache_holds_no_object_per_entry_for_the_collector() -> None:
+    # A tracked object per cached entry made most of the young generation under load.
+    cache = TailCache(1 << 30, 0)
+    news = [NewEntry(b"x" * 10, 1, 1) for _ in range(1000)]
+    gc.disable()
+    try:
+        gc.collect(0)
+        before = len(gc.get_objects(0))
+        cache.extend(1, 0, news)
+        grown = len(gc.get_objects(0)) - before
+    finally:
+        gc.enable()
+    assert grown < 10

@@ -11,6 +11,7 @@ import errno
 import os
 from array import array
 from collections.abc import Callable
+from itertools import repeat
 
 from brokerlet.storage._records import RECORD_HEADER_SIZE
 from brokerlet.storage._worker import Job
@@ -18,7 +19,7 @@ from brokerlet.storage.ledger import Entry, NewEntry
 
 __all__ = ["ReadJob", "SegmentIndex", "TailCache", "read_batch", "within_bytes"]
 
-_ENTRY_OVERHEAD = 120  # bytes an Entry object costs beyond its data, for the cache budget
+_ENTRY_OVERHEAD = 120  # bytes an entry is charged beyond its data, for the cache budget
 _COMPACT_SLICE = 1024  # evicted cache entries freed together
 
 
@@ -89,22 +90,27 @@ class SegmentIndex:
             self._fd = -1
 
 
-_as_entry = tuple.__new__  # Entry from the plain tuple of its fields, without a copy
+_as_entry = tuple.__new__  # Entry from a tuple of its fields (zip makes them in C)
 
 
 class TailCache:
     """The most recent entries of a ledger, as a window of consecutive ids ending at the last.
 
-    Entries are kept as plain tuples of `Entry`'s fields and become `Entry` objects when read.
-    The garbage collector stops tracking a plain tuple of ints and bytes, but not a NamedTuple:
-    a full cache of `Entry` objects (tens of thousands per topic) made every full collection
-    walk them all, 5-15 ms with the hub stopped.
+    Entries are kept as columns (their data in a list, checksums and message counts in
+    arrays) and become `Entry` objects when read, so the cache holds no object per entry for
+    the garbage collector. A tuple per entry was tracked from its creation until a collection
+    untracked it: cached entries were most of the young generation (5,000-10,000 of the
+    10,000-13,000 objects at each young collection under sustained produce), and before that
+    a full cache of `Entry` objects made every full collection walk them all.
     """
 
     def __init__(self, limit: int, first_id: int) -> None:
         self._limit = limit
-        self._entries: list[tuple[int, int, bytes, int, int]] = []
-        self._base = first_id  # id of _entries[0]
+        self._ledger_id = -1
+        self._data: list[bytes] = []
+        self._checksums = array("L")
+        self._messages = array("l")
+        self._base = first_id  # id of _data[0]
         self._head = 0  # entries at the front already evicted (removed in bulk)
         self._bytes = 0
 
@@ -113,52 +119,62 @@ class TailCache:
         return self._base + self._head
 
     def extend(self, ledger_id: int, first_id: int, entries: list[NewEntry]) -> None:
-        if first_id != self._base + len(self._entries):
+        if first_id != self._base + len(self._data) or ledger_id != self._ledger_id:
             self.clear(first_id)  # never leave a hole in the window
-        added = 0
-        stored = self._entries
-        entry_id = first_id
-        for new in entries:
-            stored.append((ledger_id, entry_id, new.data, new.checksum, new.num_messages))
-            added += len(new.data) + _ENTRY_OVERHEAD
-            entry_id += 1
-        self._bytes += added
+            self._ledger_id = ledger_id
+        data = [new.data for new in entries]
+        self._data += data
+        self._checksums.extend([new.checksum for new in entries])
+        self._messages.extend([new.num_messages for new in entries])
+        self._bytes += sum(map(len, data)) + _ENTRY_OVERHEAD * len(data)
         if self._bytes > self._limit:
             self._evict()
 
     def get(self, entry_id: int) -> Entry | None:
         index = entry_id - self._base
-        if self._head <= index < len(self._entries):
-            return _as_entry(Entry, self._entries[index])
+        if self._head <= index < len(self._data):
+            return Entry(
+                self._ledger_id,
+                entry_id,
+                self._data[index],
+                self._checksums[index],
+                self._messages[index],
+            )
         return None
 
     def window(self, start: int, stop: int) -> list[Entry]:
-        return [
-            _as_entry(Entry, fields)
-            for fields in self._entries[start - self._base : stop - self._base + 1]
-        ]
+        """The cached entries from ``start`` to ``stop`` (both within the window)."""
+        low, high = start - self._base, stop - self._base + 1
+        fields = zip(
+            repeat(self._ledger_id),
+            range(start, stop + 1),
+            self._data[low:high],
+            self._checksums[low:high],
+            self._messages[low:high],
+        )
+        return list(map(_as_entry, repeat(Entry), fields))
 
     def drop_below(self, entry_id: int) -> None:
-        stored = self._entries
-        head = self._head
-        while head < len(stored) and stored[head][1] < entry_id:
-            self._bytes -= len(stored[head][2]) + _ENTRY_OVERHEAD
-            head += 1
+        head = max(self._head, min(entry_id - self._base, len(self._data)))
+        dropped = self._data[self._head : head]
+        self._bytes -= sum(map(len, dropped)) + _ENTRY_OVERHEAD * len(dropped)
         self._head = head
         self._compact()
 
     def clear(self, first_id: int | None = None) -> None:
-        next_id = self._base + len(self._entries) if first_id is None else first_id
-        self._entries = []
+        next_id = self._base + len(self._data) if first_id is None else first_id
+        self._data = []
+        self._checksums = array("L")
+        self._messages = array("l")
         self._base = next_id
         self._head = 0
         self._bytes = 0
 
     def _evict(self) -> None:
-        stored = self._entries
+        data = self._data
         head = self._head
-        while self._bytes > self._limit and head < len(stored):
-            self._bytes -= len(stored[head][2]) + _ENTRY_OVERHEAD
+        while self._bytes > self._limit and head < len(data):
+            self._bytes -= len(data[head]) + _ENTRY_OVERHEAD
             head += 1
         self._head = head
         self._compact()
@@ -167,7 +183,9 @@ class TailCache:
         # Free evicted entries a slice at a time: in bulk, so each entry costs O(1) amortised,
         # but in bounded slices, since freeing a whole cache of entries at once took ~5 ms.
         if self._head >= _COMPACT_SLICE:
-            del self._entries[:_COMPACT_SLICE]
+            del self._data[:_COMPACT_SLICE]
+            del self._checksums[:_COMPACT_SLICE]
+            del self._messages[:_COMPACT_SLICE]
             self._base += _COMPACT_SLICE
             self._head -= _COMPACT_SLICE
 
