@@ -35,6 +35,7 @@ from brokerlet.storage import (
     DiskStorage,
     Entry,
     FileOps,
+    MemoryLedger,
     NewEntry,
     StorageError,
     SyncPolicy,
@@ -1000,6 +1001,59 @@ def test_the_tail_cache_holds_no_object_per_entry_for_the_collector() -> None:
         gc.collect(0)
         before = len(gc.get_objects(0))
         cache.extend(1, 0, news)
+        grown = len(gc.get_objects(0)) - before
+    finally:
+        gc.enable()
+    assert grown < 10
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 300), min_size=1, max_size=20), max_size=10),
+    st.integers(0, 250),
+    st.integers(0, 30),
+    st.integers(0, 3000),
+    st.integers(0, 250),
+)
+def test_a_memory_ledger_reads_what_was_appended(
+    batches: list[list[int]], start: int, max_entries: int, max_bytes: int, trim_to: int
+) -> None:
+    ledger = MemoryLedger(4, segment_bytes=500)
+    appended: list[Entry] = []
+    for sizes in batches:
+        news = [NewEntry(bytes([n % 256]) * n, n * 3, n % 4 + 1) for n in sizes]
+        ledger.append(news, lambda first: None)
+        appended += [Entry(4, len(appended) + i, *new) for i, new in enumerate(news)]
+    ledger.trim(trim_to)
+    low = ledger.first_entry_id
+    assert ledger.bytes_from(0) == sum(len(e.data) for e in appended[low:])
+    got: list[list[Entry]] = []
+    ledger.read(start, max_entries, max_bytes, got.append)
+    # From the later of start and the first kept entry, up to max_entries, and no more than
+    # max_bytes after the first (0: no byte limit).
+    expected: list[Entry] = []
+    for entry in appended[max(start, low) :][:max_entries]:
+        if (
+            max_bytes
+            and expected
+            and sum(len(e.data) for e in expected) + len(entry.data) > max_bytes
+        ):
+            break
+        expected.append(entry)
+    assert got == [expected]
+    ids = [start, low, len(appended) - 1, len(appended)]
+    ledger.read_ids(ids, got.append)
+    assert got[1] == [appended[i] for i in ids if low <= i < len(appended)]
+
+
+def test_a_memory_ledger_holds_no_object_per_entry_for_the_collector() -> None:
+    ledger = MemoryLedger(1)
+    news = [NewEntry(b"x" * 10, 1, 1) for _ in range(1000)]
+    gc.disable()
+    try:
+        gc.collect(0)
+        before = len(gc.get_objects(0))
+        ledger.append(news, lambda first: None)
         grown = len(gc.get_objects(0)) - before
     finally:
         gc.enable()

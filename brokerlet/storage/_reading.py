@@ -15,7 +15,7 @@ from itertools import repeat
 
 from brokerlet.storage._records import RECORD_HEADER_SIZE
 from brokerlet.storage._worker import Job
-from brokerlet.storage.ledger import Entry, NewEntry
+from brokerlet.storage.ledger import Entry, NewEntry, as_entry
 
 __all__ = ["ReadJob", "SegmentIndex", "TailCache", "read_batch", "within_bytes"]
 
@@ -90,9 +90,6 @@ class SegmentIndex:
             self._fd = -1
 
 
-_as_entry = tuple.__new__  # Entry from a tuple of its fields (zip makes them in C)
-
-
 class TailCache:
     """The most recent entries of a ledger, as a window of consecutive ids ending at the last.
 
@@ -152,7 +149,7 @@ class TailCache:
             self._checksums[low:high],
             self._messages[low:high],
         )
-        return list(map(_as_entry, repeat(Entry), fields))
+        return list(map(as_entry, repeat(Entry), fields))
 
     def drop_below(self, entry_id: int) -> None:
         head = max(self._head, min(entry_id - self._base, len(self._data)))

@@ -11,12 +11,22 @@ off the actor greenlets; the in-memory back-end completes at once, on the caller
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import NamedTuple, Protocol
 
 from brokerlet.storage.retention import SegmentInfo
 
-__all__ = ["AppendCallback", "Entry", "Ledger", "MemoryLedger", "NewEntry", "ReadCallback"]
+__all__ = [
+    "AppendCallback",
+    "Entry",
+    "Ledger",
+    "MemoryLedger",
+    "NewEntry",
+    "ReadCallback",
+    "as_entry",
+]
 
 
 class NewEntry(NamedTuple):
@@ -51,6 +61,10 @@ class Entry(NamedTuple):
     def size(self) -> int:
         return len(self.data)
 
+
+as_entry = tuple.__new__
+"""``as_entry(Entry, fields)``: an Entry from a tuple of its fields, without its Python-level
+constructor (with ``map`` and ``zip`` a read builds its entries in C)."""
 
 AppendCallback = Callable[[int | BaseException], None]
 """Called with the id of the first appended entry, or with the error that failed the append."""
@@ -101,9 +115,9 @@ class Ledger(Protocol):
 class MemoryLedger:
     """A ledger kept in a Python list; completes every call before returning.
 
-    Entries are kept as plain ``(data, checksum, num_messages)`` tuples, which the garbage
-    collector stops tracking after its first look, so a large in-memory backlog adds nothing
-    to the pauses of full collections; :class:`Entry` objects are made as entries are read.
+    Entries are kept as columns (their data in a list, checksums and message counts in
+    arrays), so the garbage collector has no object per entry to look at, in young
+    collections or full ones; :class:`Entry` objects are made as entries are read.
 
     The entries are grouped in segment-sized chunks (``segment_bytes``, like the disk
     ledger's segment files) and retention drops whole chunks only, so an embedded broker
@@ -113,8 +127,10 @@ class MemoryLedger:
     def __init__(self, ledger_id: int, segment_bytes: int = 64 * 1024 * 1024) -> None:
         self._ledger_id = ledger_id
         self._segment_bytes = segment_bytes
-        self._entries: list[tuple[bytes, int, int]] = []
-        self._first = 0  # entry id of self._entries[0]
+        self._data: list[bytes] = []
+        self._checksums = array("L")
+        self._messages = array("l")
+        self._first = 0  # entry id of self._data[0]
         self._dropped = 0  # trimmed entries still at the head of the list (compacted lazily)
         self._bytes = 0
         # Chunks, oldest first: [first entry id, bytes, epoch ms of the newest entry].
@@ -134,7 +150,7 @@ class MemoryLedger:
 
     @property
     def last_entry_id(self) -> int:
-        return self._first + len(self._entries) - 1
+        return self._first + len(self._data) - 1
 
     @property
     def size_bytes(self) -> int:
@@ -146,15 +162,15 @@ class MemoryLedger:
 
     def append(self, entries: Sequence[NewEntry], callback: AppendCallback) -> None:
         first_id = self.last_entry_id + 1
-        stored = self._entries
         chunks = self._chunks
         if not chunks or chunks[-1][1] >= self._segment_bytes:
             chunks.append([first_id, 0, 0])
         chunk = chunks[-1]
-        added = 0
-        for new in entries:
-            stored.append((new.data, new.checksum, new.num_messages))
-            added += len(new.data)
+        data = [new.data for new in entries]
+        self._data += data
+        self._checksums.extend([new.checksum for new in entries])
+        self._messages.extend([new.num_messages for new in entries])
+        added = sum(map(len, data))
         self._bytes += added
         chunk[1] += added
         chunk[2] = int(time.time() * 1000)
@@ -163,30 +179,44 @@ class MemoryLedger:
     def read(self, start: int, max_entries: int, max_bytes: int, callback: ReadCallback) -> None:
         start = max(start, self.first_entry_id)
         begin = start - self._first
-        ledger_id = self._ledger_id
-        window: list[Entry] = []
-        total = 0
-        for offset, (data, checksum, messages) in enumerate(
-            self._entries[begin : begin + max_entries]
-        ):
-            total += len(data)
-            if max_bytes > 0 and total > max_bytes and window:
-                break
-            window.append(Entry(ledger_id, start + offset, data, checksum, messages))
-        callback(window)
+        data = self._data[begin : begin + max_entries]
+        count = len(data)
+        if max_bytes > 0:
+            total = 0
+            for index, item in enumerate(data):
+                total += len(item)
+                if total > max_bytes and index:
+                    count = index
+                    del data[count:]
+                    break
+        end = begin + count
+        fields = zip(
+            repeat(self._ledger_id),
+            range(start, start + count),
+            data,
+            self._checksums[begin:end],
+            self._messages[begin:end],
+        )
+        callback(list(map(as_entry, repeat(Entry), fields)))
 
     def read_ids(self, entry_ids: Sequence[int], callback: ReadCallback) -> None:
         low = self.first_entry_id
         high = self.last_entry_id
         ledger_id = self._ledger_id
-        stored = self._entries
+        data, checksums, messages = self._data, self._checksums, self._messages
         first = self._first
-        callback([Entry(ledger_id, i, *stored[i - first]) for i in entry_ids if low <= i <= high])
+        callback(
+            [
+                Entry(ledger_id, i, data[i - first], checksums[i - first], messages[i - first])
+                for i in entry_ids
+                if low <= i <= high
+            ]
+        )
 
     def bytes_from(self, entry_id: int) -> int:
         """Bytes of the entries from ``entry_id`` to the end."""
         begin = max(entry_id, self.first_entry_id) - self._first
-        return sum(len(item[0]) for item in self._entries[begin:])
+        return sum(map(len, self._data[begin:]))
 
     # Retention.
 
@@ -223,12 +253,13 @@ class MemoryLedger:
     def _forget_through(self, up_to: int) -> None:
         head = self._dropped
         newly = up_to - self.first_entry_id + 1
-        for data, _checksum, _messages in self._entries[head : head + newly]:
-            self._bytes -= len(data)
+        self._bytes -= sum(map(len, self._data[head : head + newly]))
         self._dropped += newly
         # Compact in bulk so trimming stays amortised O(1) per entry.
-        if self._dropped >= 1024 and self._dropped * 2 >= len(self._entries):
-            del self._entries[: self._dropped]
+        if self._dropped >= 1024 and self._dropped * 2 >= len(self._data):
+            del self._data[: self._dropped]
+            del self._checksums[: self._dropped]
+            del self._messages[: self._dropped]
             self._first += self._dropped
             self._dropped = 0
 
@@ -242,6 +273,8 @@ class MemoryLedger:
 
     def close(self) -> None:
         self._closed = True
-        self._entries.clear()
+        self._data.clear()
+        del self._checksums[:]
+        del self._messages[:]
         self._chunks.clear()
         self._bytes = 0
