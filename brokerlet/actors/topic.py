@@ -276,11 +276,11 @@ class TopicActor(GeventActor):
             new = [item.entry for item in items if item.entry is not None]
 
         def appended(result: int | BaseException) -> None:
-            # The producer's connection may be gone (a reset mid-append): not our failure.
             if isinstance(result, int) and not decided and len(new) == len(items):
                 answer: Any = AppendedAll(message.producer_id, items, ledger_id, result)
             else:
                 answer = Appended(message.producer_id, receipts(result))
+            # The producer's connection may be gone (a reset mid-append): not our failure.
             tell_quietly(message.reply_to, answer)
             if screened is not None:
                 last_id = result + len(new) - 1 if isinstance(result, int) else -2
