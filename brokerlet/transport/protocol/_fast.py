@@ -108,6 +108,49 @@ def _frame(command: bytes) -> bytes:
     return _FRAME_HEADER.pack(len(command) + 4, len(command)) + command
 
 
+def _message_head(  # noqa: PLR0917 (positional: it runs once per delivered message)
+    consumer: bytes,
+    message_id: bytes,
+    redelivery_count: int,
+    ack_set: Sequence[int],
+    epoch: bytes,
+    entry_size: int,
+    checksum: int,
+) -> tuple[bytes, ...]:
+    """The pieces of a MESSAGE frame before its entry, to be joined.
+
+    Args:
+        consumer: `_consumer_prefix` of the consumer id (it ends with message_id's tag).
+        message_id: the MessageIdData field value, its length byte first (`_message_id`).
+        redelivery_count: written even when 0.
+        ack_set: int64 words of a partly acknowledged batch's members not acked yet.
+        epoch: the consumer_epoch field, or b"" for none.
+        entry_size: length of the entry that follows.
+        checksum: CRC-32C of the entry.
+    """
+    redelivery = (
+        _REDELIVERY_ZERO
+        if redelivery_count == 0
+        else b"\x18" + _uint(redelivery_count, _UINT32_LIMIT)
+    )
+    words = b"".join([b"\x20" + _uint(word & _UINT64_MASK) for word in ack_set]) if ack_set else b""
+    body_size = len(consumer) + len(message_id) + len(redelivery) + len(words) + len(epoch)
+    # Without an ack set the body is at most 52 bytes: its length is one varint byte.
+    size = _ONE_BYTE_VARINTS[body_size] if body_size < 0x80 else _uint(body_size)
+    command_size = len(_MESSAGE_PREFIX) + len(size) + body_size
+    return (
+        _FRAME_HEADER.pack(command_size + 10 + entry_size, command_size),
+        _MESSAGE_PREFIX,
+        size,
+        consumer,
+        message_id,
+        redelivery,
+        words,
+        epoch,
+        _CHECKSUM_HEADER.pack(MAGIC_CRC32C, checksum),
+    )
+
+
 def encode_message(  # noqa: PLR0917 (the positional signature is the public API)
     consumer_id: int,
     ledger_id: int,
@@ -137,25 +180,16 @@ def encode_message(  # noqa: PLR0917 (the positional signature is the public API
         (header, entry): the frame is their concatenation; write both with one
         vectored send to avoid copying the entry.
     """
-    body = (
-        _consumer_prefix(consumer_id)
-        + _message_id(ledger_id, entry_id)
-        + (
-            _REDELIVERY_ZERO
-            if redelivery_count == 0
-            else b"\x18" + _uint(redelivery_count, _UINT32_LIMIT)
-        )
-    )
-    if ack_set:
-        body += b"".join(b"\x20" + _uint(word & _UINT64_MASK) for word in ack_set)
-    if consumer_epoch is not None:
-        body += b"\x28" + _uint(consumer_epoch)
-    command = _MESSAGE_PREFIX + _uint(len(body)) + body
+    epoch = b"" if consumer_epoch is None else b"\x28" + _uint(consumer_epoch)
     header = b"".join(
-        (
-            _FRAME_HEADER.pack(len(command) + 10 + len(entry), len(command)),
-            command,
-            _CHECKSUM_HEADER.pack(MAGIC_CRC32C, checksum),
+        _message_head(
+            _consumer_prefix(consumer_id),
+            _message_id(ledger_id, entry_id),
+            redelivery_count,
+            ack_set,
+            epoch,
+            len(entry),
+            checksum,
         )
     )
     return header, entry
@@ -214,42 +248,19 @@ def encode_messages(
     ledger = b""
     for entry, redelivery_count in zip(entries, redelivery_counts, strict=True):
         data = entry.data
-        ack_set = ack_sets.get(entry.entry_id) if ack_sets else None
-        if ack_set:
-            header, _ = encode_message(
-                consumer_id,
-                entry.ledger_id,
-                entry.entry_id,
-                redelivery_count,
-                data,
-                entry.checksum,
-                ack_set,
-                consumer_epoch,
-            )
-            pieces.append(header)
-        else:
-            # encode_message's frame, inline: without an ack set the body is at most 52
-            # bytes, so every length is one varint byte.
-            if entry.ledger_id != ledger_id:
-                ledger_id = entry.ledger_id
-                ledger = _ledger_prefix(ledger_id)
-            message_id = ledger + _uint(entry.entry_id)
-            redelivery = (
-                _REDELIVERY_ZERO
-                if redelivery_count == 0
-                else b"\x18" + _uint(redelivery_count, _UINT32_LIMIT)
-            )
-            body_size = len(consumer) + 1 + len(message_id) + len(redelivery) + len(epoch)
-            command_size = body_size + 4
-            pieces.append(_FRAME_HEADER.pack(command_size + 10 + len(data), command_size))
-            pieces.append(_MESSAGE_PREFIX)
-            pieces.append(_ONE_BYTE_VARINTS[body_size])
-            pieces.append(consumer)
-            pieces.append(_ONE_BYTE_VARINTS[len(message_id)])
-            pieces.append(message_id)
-            pieces.append(redelivery)
-            pieces.append(epoch)
-            pieces.append(_CHECKSUM_HEADER.pack(MAGIC_CRC32C, entry.checksum))
+        if entry.ledger_id != ledger_id:
+            ledger_id = entry.ledger_id
+            ledger = _ledger_prefix(ledger_id)
+        message_id = ledger + _uint(entry.entry_id)  # at most 22 bytes: one length byte
+        pieces += _message_head(
+            consumer,
+            _ONE_BYTE_VARINTS[len(message_id)] + message_id,
+            redelivery_count,
+            ack_sets.get(entry.entry_id, ()) if ack_sets else (),
+            epoch,
+            len(data),
+            entry.checksum,
+        )
         if len(data) <= COPY_LIMIT:
             pieces.append(data)
         else:
