@@ -11,11 +11,10 @@ import errno
 import os
 from array import array
 from collections.abc import Callable
-from itertools import repeat
 
 from brokerlet.storage._records import RECORD_HEADER_SIZE
 from brokerlet.storage._worker import Job
-from brokerlet.storage.ledger import Entry, NewEntry, as_entry
+from brokerlet.storage.ledger import Entry, EntryColumns, NewEntry
 
 __all__ = ["ReadJob", "SegmentIndex", "TailCache", "read_batch", "within_bytes"]
 
@@ -93,21 +92,15 @@ class SegmentIndex:
 class TailCache:
     """The most recent entries of a ledger, as a window of consecutive ids ending at the last.
 
-    Entries are kept as columns (their data in a list, checksums and message counts in
-    arrays) and become `Entry` objects when read, so the cache holds no object per entry for
-    the garbage collector. A tuple per entry was tracked from its creation until a collection
-    untracked it: cached entries were most of the young generation (5,000-10,000 of the
-    10,000-13,000 objects at each young collection under sustained produce), and before that
-    a full cache of `Entry` objects made every full collection walk them all.
+    Entries are kept as :class:`EntryColumns` (no object per entry for the garbage collector)
+    and become `Entry` objects when read.
     """
 
     def __init__(self, limit: int, first_id: int) -> None:
         self._limit = limit
         self._ledger_id = -1
-        self._data: list[bytes] = []
-        self._checksums = array("L")
-        self._messages = array("l")
-        self._base = first_id  # id of _data[0]
+        self._columns = EntryColumns()
+        self._base = first_id  # id of the first of the columns
         self._head = 0  # entries at the front already evicted (removed in bulk)
         self._bytes = 0
 
@@ -116,59 +109,40 @@ class TailCache:
         return self._base + self._head
 
     def extend(self, ledger_id: int, first_id: int, entries: list[NewEntry]) -> None:
-        if first_id != self._base + len(self._data) or ledger_id != self._ledger_id:
+        if first_id != self._base + len(self._columns) or ledger_id != self._ledger_id:
             self.clear(first_id)  # never leave a hole in the window
             self._ledger_id = ledger_id
-        data = [new.data for new in entries]
-        self._data += data
-        self._checksums.extend([new.checksum for new in entries])
-        self._messages.extend([new.num_messages for new in entries])
-        self._bytes += sum(map(len, data)) + _ENTRY_OVERHEAD * len(data)
+        self._bytes += self._columns.extend(entries) + _ENTRY_OVERHEAD * len(entries)
         if self._bytes > self._limit:
             self._evict()
 
     def get(self, entry_id: int) -> Entry | None:
         index = entry_id - self._base
-        if self._head <= index < len(self._data):
-            return Entry(
-                self._ledger_id,
-                entry_id,
-                self._data[index],
-                self._checksums[index],
-                self._messages[index],
-            )
+        if self._head <= index < len(self._columns):
+            return self._columns.entry(self._ledger_id, entry_id, index)
         return None
 
     def window(self, start: int, stop: int) -> list[Entry]:
         """The cached entries from ``start`` to ``stop`` (both within the window)."""
-        low, high = start - self._base, stop - self._base + 1
-        fields = zip(
-            repeat(self._ledger_id),
-            range(start, stop + 1),
-            self._data[low:high],
-            self._checksums[low:high],
-            self._messages[low:high],
-        )
-        return list(map(as_entry, repeat(Entry), fields))
+        base = self._base
+        return self._columns.entries(self._ledger_id, start, start - base, stop - base + 1)
 
     def drop_below(self, entry_id: int) -> None:
-        head = max(self._head, min(entry_id - self._base, len(self._data)))
-        dropped = self._data[self._head : head]
+        head = max(self._head, min(entry_id - self._base, len(self._columns)))
+        dropped = self._columns.data[self._head : head]
         self._bytes -= sum(map(len, dropped)) + _ENTRY_OVERHEAD * len(dropped)
         self._head = head
         self._compact()
 
     def clear(self, first_id: int | None = None) -> None:
-        next_id = self._base + len(self._data) if first_id is None else first_id
-        self._data = []
-        self._checksums = array("L")
-        self._messages = array("l")
+        next_id = self._base + len(self._columns) if first_id is None else first_id
+        self._columns = EntryColumns()
         self._base = next_id
         self._head = 0
         self._bytes = 0
 
     def _evict(self) -> None:
-        data = self._data
+        data = self._columns.data
         head = self._head
         while self._bytes > self._limit and head < len(data):
             self._bytes -= len(data[head]) + _ENTRY_OVERHEAD
@@ -180,9 +154,7 @@ class TailCache:
         # Free evicted entries a slice at a time: in bulk, so each entry costs O(1) amortised,
         # but in bounded slices, since freeing a whole cache of entries at once took ~5 ms.
         if self._head >= _COMPACT_SLICE:
-            del self._data[:_COMPACT_SLICE]
-            del self._checksums[:_COMPACT_SLICE]
-            del self._messages[:_COMPACT_SLICE]
+            self._columns.drop_front(_COMPACT_SLICE)
             self._base += _COMPACT_SLICE
             self._head -= _COMPACT_SLICE
 
