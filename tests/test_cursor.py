@@ -65,6 +65,9 @@ class CursorAgainstASet(RuleBasedStateMachine):
         assert [cursor.is_acked(i) for i in range(-1, 160)] == [
             i <= self.mark_delete or i in self.acked for i in range(-1, 160)
         ]
+        assert [cursor.acked_from(i) for i in range(-1, 160)] == [
+            i <= self.mark_delete or any(a >= i for a in self.acked) for i in range(-1, 160)
+        ]
         for upto in (self.mark_delete + 1, 40, 90, 200):
             assert cursor.acked_up_to(upto) == sum(1 for i in self.acked if i <= upto)
         assert cursor.acked_runs == len(ranges)

@@ -35,7 +35,9 @@ from brokerlet.actors.topic import TopicActor
 from brokerlet.config import load_settings
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
 from brokerlet.dispatch.delivery import DeliveryBook
+from brokerlet.dispatch.filters import SkipSettled
 from brokerlet.dispatch.ratelimit import TokenBucket
+from brokerlet.dispatch.replay import ReplaySet
 from brokerlet.dispatch.shared import SharedStrategy
 from brokerlet.dispatch.single_active import SingleActiveStrategy
 from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, SHARED
@@ -92,6 +94,22 @@ def test_shared_hands_out_round_robin_chunks_within_each_budget() -> None:
         ("a", [7, 8]),
     ]
     assert held == []
+
+
+def test_skip_settled_drops_entries_acked_ahead_of_a_read_and_keeps_the_rest() -> None:
+    # A rewound read (after the last consumer left, say) meets entries acked individually
+    # ahead of the mark-delete position; a read past the highest acked id keeps everything.
+    cursor = Cursor(-1)
+    for entry_id in (0, 1, 4, 7):
+        cursor.ack(entry_id)
+    replay = ReplaySet()
+    rule = SkipSettled(cursor, replay)
+    ids = [e.entry_id for e in rule.admit(entries(10), replay=False)]
+    assert ids == [2, 3, 5, 6, 8, 9]
+    tail = entries(12)[8:]
+    assert rule.admit(tail, replay=False) == tail
+    replay.add(3)
+    assert [e.entry_id for e in rule.admit(entries(6), replay=True)] == [3]
 
 
 def test_shared_serves_a_higher_priority_level_only_when_the_lower_cannot_take_any() -> None:

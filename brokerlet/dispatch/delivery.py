@@ -205,7 +205,8 @@ class DeliveryBook:
         count is settled once for all of its entries (an ACK carries many)."""
         owners = self.pending_owner
         hooks = self.hooks if self.hooks.tracks_entries else None
-        replay = self.replay
+        # Looked at once: a ReplaySet's truth is a method call, and nothing here adds to it.
+        replay = self.replay if self.replay else None
         counts = self.redelivery_counts
         settled: dict[Consumer, int] = {}
         for entry_id in entry_ids:
@@ -214,7 +215,7 @@ class DeliveryBook:
                 if hooks is not None:
                     hooks.released(owner, entry_id, closing=False)
                 settled[owner] = settled.get(owner, 0) + owner.pending.pop(entry_id, 0)
-            if replay:
+            if replay is not None:
                 replay.discard(entry_id)
             if counts:
                 counts.pop(entry_id, None)

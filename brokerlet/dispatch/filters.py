@@ -57,5 +57,9 @@ class SkipSettled:
         if replay:
             waiting = self._replay
             return [e for e in entries if e.entry_id in waiting]
-        is_acked = self._cursor.is_acked
+        cursor = self._cursor
+        # A normal read's entries ascend: past the highest acked id, none can be acked.
+        if not entries or not cursor.acked_from(entries[0].entry_id):
+            return entries
+        is_acked = cursor.is_acked
         return [e for e in entries if not is_acked(e.entry_id)]

@@ -69,6 +69,14 @@ class Cursor:
         at = bisect_right(lows, entry_id)
         return at > 0 and self._highs[lows[at - 1]] >= entry_id
 
+    def acked_from(self, entry_id: int) -> bool:
+        """Whether any id at or above ``entry_id`` is acknowledged: False for a read of
+        new entries past everything acked, which then needs no `is_acked` per entry."""
+        if entry_id <= self.mark_delete:
+            return True
+        lows = self._lows
+        return bool(lows) and self._highs[lows[-1]] >= entry_id
+
     @property
     def individually_acked(self) -> int:
         """How many acknowledged entries sit above the mark-delete position."""
