@@ -606,6 +606,19 @@ def test_idle_client_that_answers_pings_stays_connected(broker: Broker) -> None:
 
 
 @pytest.mark.parametrize("broker", [KEEP_ALIVE], indirect=True)
+def test_a_busy_connection_is_not_pinged(broker: Broker) -> None:
+    # The keep-alive timer ticks every interval; a tick that heard a frame since the last
+    # one sends nothing (server._KeepAlive). Two and a half intervals of frames 0.3 s apart.
+    with RawClient(broker.address) as client:
+        client.handshake()
+        busy_until = time.monotonic() + 2.5
+        while time.monotonic() < busy_until:
+            client.ping()  # a PING from the broker here would fail expect(PONG)
+            with pytest.raises(TimeoutError):
+                client.recv_frame(timeout=0.3)
+
+
+@pytest.mark.parametrize("broker", [KEEP_ALIVE], indirect=True)
 def test_client_that_never_answers_a_ping_is_disconnected(
     broker: Broker, log_watch: LogWatch
 ) -> None:

@@ -102,7 +102,7 @@ def test_watermarks_flips_and_completions_match_plain_tcp(tls_pair: tuple[Any, A
 
 def test_a_timed_out_ssl_send_is_retried_not_fatal(tls_pair: tuple[Any, Any]) -> None:
     server, client = tls_pair
-    server.settimeout(0.05)  # the reader's keep-alive timeout applies to sends too
+    server.settimeout(0.05)  # a socket's timeout applies to its sends too
     timeouts: list[BaseException] = []
     several_timed_out = gevent.event.Event()
     send = server.send
