@@ -1,0 +1,173 @@
+"""The broker's CPU per request when requests come one at a time, beside a bare gevent server's.
+
+``python -m bench.micro.request_cpu [--requests N] [--pause-ms MS] [--rounds R]
+[--storage memory|disk] [--source DIR] [--no-pulsar-lite]``
+
+A blocking raw socket sends one unbatched 128-byte SEND, waits for its receipt, pauses, and
+sends the next, so every request finds the broker idle in its event loop. Below saturation
+that is what each message costs: the wake-ups, the kernel's loopback delivery and code run
+with cold caches, more than the per-message work the saturated figures (``produce_cpu``)
+count. The floor line is a gevent ``StreamServer`` in a process of its own that echoes each
+request's bytes, driven the same way in the same run: the ratio to it is what a change to the
+broker's request path moves. pulsar-lite gets the same SENDs, for the comparison the
+low-rate target of issue 19 makes. Prints figures, never asserts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import psutil
+
+from bench.rawsocket import RawConnection
+from brokerlet.testing.process import BrokerletProcess, ChildBroker
+from brokerlet.transport.protocol import build_entry, encode_send, pb
+from loadtests.brokers import PulsarLiteProcess
+
+__all__ = ["main", "measure_broker", "measure_echo"]
+
+T = pb.BaseCommand
+_WARM_UP = 200
+
+
+def _cpu(process: psutil.Process) -> tuple[float, float]:
+    times = process.cpu_times()
+    return times.user, times.system
+
+
+def _per_request(
+    process: psutil.Process, requests: int, pause: float, one: Callable[[int], None]
+) -> tuple[float, float]:
+    """Run ``one(i)`` ``requests`` times with ``pause`` s before each; the process's user and
+    system CPU µs per request."""
+    for i in range(_WARM_UP):
+        one(i)
+    user0, system0 = _cpu(process)
+    for i in range(_WARM_UP, _WARM_UP + requests):
+        if pause:
+            time.sleep(pause)
+        one(i)
+    user1, system1 = _cpu(process)
+    return (user1 - user0) / requests * 1e6, (system1 - system0) / requests * 1e6
+
+
+def measure_broker(service_url: str, pid: int, requests: int, pause: float) -> tuple[float, float]:
+    """One SEND at a time to a fresh topic; the broker's user and system CPU µs per SEND."""
+    connection = RawConnection(service_url, "request-cpu")
+    topic = f"persistent://public/default/request-cpu-{uuid.uuid4().hex[:8]}"
+    producer = pb.CommandProducer(topic=topic, producer_id=1, request_id=1)
+    reply = connection.request(T(type=T.PRODUCER, producer=producer))
+    if reply.type != T.PRODUCER_SUCCESS:
+        raise RuntimeError(f"PRODUCER failed: {reply}")
+    metadata = pb.MessageMetadata(producer_name="request-cpu", sequence_id=0, publish_time=1)
+    entry = build_entry(metadata, b"x" * 128)
+
+    def one(sequence_id: int) -> None:
+        connection.sock.sendall(b"".join(encode_send(1, sequence_id, 1, entry)))
+        got = connection.read(1)
+        if got[0].type != T.SEND_RECEIPT:
+            raise RuntimeError(f"unexpected reply: {got[0]}")
+
+    try:
+        return _per_request(psutil.Process(pid), requests, pause, one)
+    finally:
+        connection.close()
+
+
+def _echo_server(ready: Connection) -> None:
+    from gevent.server import StreamServer  # noqa: PLC0415 - in the child process only
+
+    def handle(sock: socket.socket, _address: object) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while data := sock.recv(16384):
+            sock.sendall(data)
+
+    server = StreamServer(("127.0.0.1", 0), handle)
+    server.start()
+    ready.send(server.server_port)
+    server.serve_forever()
+
+
+def measure_echo(requests: int, pause: float, size: int) -> tuple[float, float]:
+    """The same loop against a gevent echo server; its user and system CPU µs per request."""
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    child = context.Process(target=_echo_server, args=(theirs,), daemon=True)
+    child.start()
+    try:
+        if not ours.poll(30):
+            raise RuntimeError("the echo server did not start")
+        port = ours.recv()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            request = b"x" * size
+
+            def one(_i: int) -> None:
+                sock.sendall(request)
+                got = 0
+                while got < size:
+                    got += len(sock.recv(65536))
+
+            return _per_request(psutil.Process(child.pid), requests, pause, one)
+    finally:
+        child.kill()
+        child.join(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.micro.request_cpu")
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--pause-ms", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--storage", choices=("memory", "disk"), action="append")
+    parser.add_argument("--source", type=Path, metavar="DIR")
+    parser.add_argument("--no-pulsar-lite", action="store_true")
+    args = parser.parse_args()
+    pause = args.pause_ms / 1000
+    brokers: dict[str, ChildBroker] = {
+        f"brokerlet {storage}": BrokerletProcess(["--storage", storage], source=args.source)
+        for storage in args.storage or ["memory", "disk"]
+    }
+    if not args.no_pulsar_lite:
+        brokers["pulsar-lite"] = PulsarLiteProcess()
+    figures: dict[str, list[tuple[float, float]]] = {name: [] for name in [*brokers, "echo"]}
+    try:
+        for broker in brokers.values():
+            broker.start()
+        for _ in range(args.rounds):  # the back-ends take turns: one load for all of them
+            for name, broker in brokers.items():
+                figures[name].append(
+                    measure_broker(broker.service_url, broker.pid, args.requests, pause)
+                )
+            figures["echo"].append(measure_echo(args.requests, pause, 165))
+    finally:
+        for broker in brokers.values():
+            broker.close()
+    best = {name: min(user + system for user, system in rounds) for name, rounds in figures.items()}
+    load = " / ".join(f"{value:.2f}" for value in os.getloadavg())
+    for name, rounds in figures.items():
+        text = ", ".join(f"{user:.0f}+{system:.0f}" for user, system in rounds)
+        label = "gevent echo" if name == "echo" else name
+        against = f"{best[name] / best['echo']:.2f}x the echo floor"
+        if name.startswith("brokerlet") and "pulsar-lite" in best:
+            against += f", {best[name] / best['pulsar-lite']:.2f}x pulsar-lite"
+        print(
+            f"one request at a time, {label:16}: CPU µs per request {best[name]:.0f} "
+            f"({against}; rounds user+system {text})"
+        )
+    print(
+        f"  {args.requests} requests per round after {_WARM_UP} to warm up, "
+        f"{args.pause_ms:g} ms pause before each; load {load}; {time.strftime('%H:%M:%S')}"
+    )
+
+
+if __name__ == "__main__":
+    main()
