@@ -89,6 +89,41 @@ def test_memory_ledger_trims_whole_chunks_on_the_service_pass() -> None:
     assert [e.entry_id for e in got[0]] == [25, 26, 27, 28, 29]
 
 
+def test_a_poke_asks_for_a_check_only_when_the_oldest_sealed_segment_is_consumed() -> None:
+    # The topic pokes at every move of its slowest durable mark-delete position; a check
+    # before that position passes the oldest sealed segment could drop nothing.
+    ledger = MemoryLedger(1, segment_bytes=1000)
+    service = RetentionService(lambda _: RetentionPolicy(0, 0), 60)
+    service.watch("t", ledger)
+    for index in range(3):
+        ledger.append([NewEntry(bytes([index]) * 200, 0, 1)], lambda _: None)
+    ledger.consumed_up_to = 2
+    service.poke("t")  # one chunk, the open one: nothing could go
+    assert not service._due
+    for index in range(3, 12):
+        ledger.append([NewEntry(bytes([index]) * 200, 0, 1)], lambda _: None)
+    assert ledger.oldest_sealed_last_id == 4  # chunks 0..4, 5..9, 10..11 (open)
+    ledger.consumed_up_to = 3
+    service.poke("t")
+    assert not service._due  # inside the oldest sealed chunk
+    ledger.consumed_up_to = 4
+    service.poke("t")
+    assert service._due == {"t"}  # past it: check
+    service._due.clear()
+    for consumed in (None, 5, 9):
+        ledger.consumed_up_to = consumed
+        service.poke("t")
+        assert not service._due  # checked for this chunk already: the periodic pass has it
+    assert service.run_once(["t"]) == 2
+    assert ledger.oldest_sealed_last_id is None
+    for index in range(12, 16):
+        ledger.append([NewEntry(bytes([index]) * 200, 0, 1)], lambda _: None)
+    assert ledger.oldest_sealed_last_id == 14
+    ledger.consumed_up_to = 14
+    service.poke("t")
+    assert service._due == {"t"}  # a new oldest sealed chunk, consumed: a new check
+
+
 # Through the broker with the official client.
 
 make_broker = pytest.fixture(params=["memory", "disk"])(broker_factory)

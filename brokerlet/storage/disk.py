@@ -347,6 +347,12 @@ class DiskLedger:
         total = segment.end - segment.offsets[entry_id - segment.base]
         return total + sum(later.end for later in self._segments[index + 1 :])
 
+    @property
+    def oldest_sealed_last_id(self) -> int | None:
+        """The last entry id of the oldest sealed segment; None while only the open one exists."""
+        segments = self._segments
+        return segments[1].base - 1 if len(segments) > 1 else None
+
     def segments(self) -> list[SegmentInfo]:
         """The segments, oldest first, for retention."""
         segments = self._segments

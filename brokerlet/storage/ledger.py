@@ -247,6 +247,12 @@ class MemoryLedger:
 
     # Retention.
 
+    @property
+    def oldest_sealed_last_id(self) -> int | None:
+        """The last entry id of the oldest sealed chunk; None while only the open one exists."""
+        chunks = self._chunks
+        return chunks[1][0] - 1 if len(chunks) > 1 else None
+
     def segments(self) -> list[SegmentInfo]:
         chunks = self._chunks
         last = self.last_entry_id

@@ -119,6 +119,9 @@ class Retainable(Protocol):
     @property
     def consumed_up_to(self) -> int | None: ...
 
+    @property
+    def oldest_sealed_last_id(self) -> int | None: ...
+
     def segments(self) -> list[SegmentInfo]: ...
 
     def drop_segments(self, count: int) -> None: ...
@@ -145,6 +148,7 @@ class RetentionService:
         self._clock = clock
         self._ledgers: dict[str, Retainable] = {}
         self._due: set[str] = set()
+        self._poked_at: dict[str, int] = {}  # topic -> the oldest sealed segment's end then
         self._wake = gevent.event.Event()
         self._greenlet: gevent.Greenlet[Any, Any] | None = None
         self.passes = 0  # completed passes (tests wait on it)
@@ -152,12 +156,31 @@ class RetentionService:
 
     def watch(self, name: str, ledger: Retainable) -> None:
         self._ledgers[name] = ledger
+        self._poked_at.pop(name, None)
 
     def forget(self, name: str) -> None:
         self._ledgers.pop(name, None)
+        self._poked_at.pop(name, None)
 
     def poke(self, name: str) -> None:
-        """The topic's slowest durable subscription moved: check that topic soon."""
+        """The topic's slowest durable subscription moved: check that topic soon if that
+        can drop anything.
+
+        Segments go oldest first and only once consumed, so nothing can go before the
+        slowest subscription is past the oldest sealed segment (or there is none); after
+        that one check is enough until that segment goes, time and size being the periodic
+        pass's. Checking at every move woke this greenlet for each acknowledgement.
+        """
+        ledger = self._ledgers.get(name)
+        if ledger is None:
+            return
+        sealed = ledger.oldest_sealed_last_id
+        if sealed is None or self._poked_at.get(name) == sealed:
+            return
+        consumed = ledger.consumed_up_to
+        if consumed is not None and consumed < sealed:
+            return
+        self._poked_at[name] = sealed
         self._due.add(name)
         self._wake.set()
 
