@@ -1,7 +1,7 @@
 """The broker's CPU per request when requests come one at a time, beside a bare gevent server's.
 
 ``python -m bench.micro.request_cpu [--requests N] [--pause-ms MS] [--rounds R]
-[--storage memory|disk] [--source DIR] [--no-pulsar-lite]``
+[--storage memory|disk] [--source DIR] [--no-pulsar-lite] [--callgrind]``
 
 A blocking raw socket sends one unbatched 128-byte SEND, waits for its receipt, pauses, and
 sends the next, so every request finds the broker idle in its event loop. Below saturation
@@ -11,6 +11,13 @@ count. The floor line is a gevent ``StreamServer`` in a process of its own that 
 request's bytes, driven the same way in the same run: the ratio to it is what a change to the
 broker's request path moves. pulsar-lite gets the same SENDs, for the comparison the
 low-rate target of issue 19 makes. Prints figures, never asserts them.
+
+``--callgrind`` counts instead the instructions brokerlet runs per request under valgrind's
+callgrind (needs Debian's valgrind): the difference between a run of ``--requests`` and one
+of a sixth as many, divided by the requests between them. On a shared VM, where CPU time
+per request moves by a third from run to run, this is the figure to compare two trees by:
+it repeats to a few per cent (the broker's timers still run by the clock; use a pause of
+10 ms or so, as a request takes milliseconds under valgrind).
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import re
 import socket
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -122,6 +131,33 @@ def measure_echo(requests: int, pause: float, size: int) -> tuple[float, float]:
         child.join(10)
 
 
+def instructions_per_request(
+    flags: list[str], source: Path | None, requests: int, pause: float
+) -> float:
+    """Instructions per SEND of a broker under callgrind, from two runs' totals."""
+    fewer = max(1, requests // 6)
+    totals = []
+    with tempfile.TemporaryDirectory() as directory:
+        for count in (fewer, requests):
+            out = Path(directory) / f"callgrind-{count}.out"
+            broker = BrokerletProcess(flags, source=source)
+            broker.command = [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}",
+                *broker.command,
+            ]
+            with broker:
+                broker.start(timeout=300)
+                measure_broker(broker.service_url, broker.pid, count, pause)
+                broker.stop(timeout=300)
+            found = re.search(r"^summary: (\d+)", out.read_text(), re.MULTILINE)
+            if found is None:
+                raise RuntimeError(f"no summary line in {out}")
+            totals.append(int(found.group(1)))
+    return (totals[1] - totals[0]) / (requests - fewer)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.micro.request_cpu")
     parser.add_argument("--requests", type=int, default=2000)
@@ -130,8 +166,20 @@ def main() -> None:
     parser.add_argument("--storage", choices=("memory", "disk"), action="append")
     parser.add_argument("--source", type=Path, metavar="DIR")
     parser.add_argument("--no-pulsar-lite", action="store_true")
+    parser.add_argument("--callgrind", action="store_true")
     args = parser.parse_args()
     pause = args.pause_ms / 1000
+    if args.callgrind:
+        for storage in args.storage or ["memory", "disk"]:
+            count = instructions_per_request(
+                ["--storage", storage], args.source, args.requests, pause
+            )
+            print(
+                f"one request at a time, brokerlet {storage}: {count:,.0f} instructions per "
+                f"request (callgrind; {args.requests} and {max(1, args.requests // 6)} "
+                f"requests, {args.pause_ms:g} ms apart)"
+            )
+        return
     brokers: dict[str, ChildBroker] = {
         f"brokerlet {storage}": BrokerletProcess(["--storage", storage], source=args.source)
         for storage in args.storage or ["memory", "disk"]
