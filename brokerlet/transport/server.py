@@ -340,6 +340,8 @@ class _KeepAlive:
         self.expired: str | None = None  # why a tick closed the connection
 
     def tick(self) -> None:
+        if self.expired is not None:
+            return  # closed already; the reader is on its way out
         if not self.connected:
             log.warning(
                 "closing connection from %s: no CONNECT within %d s", self.peer, self._interval
@@ -355,9 +357,8 @@ class _KeepAlive:
             self.pinged = True
 
     def _close(self, reason: str) -> None:
-        if self.expired is None:
-            self.expired = reason
-            self._shutdown()  # the reader's recv returns at once and reports ``expired``
+        self.expired = reason
+        self._shutdown()  # the reader's recv returns at once and reports ``expired``
 
 
 def _shutdown(sock: socket.socket) -> None:
