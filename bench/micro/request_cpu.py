@@ -41,7 +41,7 @@ from brokerlet.testing.process import BrokerletProcess, ChildBroker
 from brokerlet.transport.protocol import build_entry, encode_send, pb
 from loadtests.brokers import PulsarLiteProcess
 
-__all__ = ["main", "measure_broker", "measure_echo"]
+__all__ = ["instructions_per_request", "main", "measure_broker", "measure_echo"]
 
 T = pb.BaseCommand
 _WARM_UP = 200
