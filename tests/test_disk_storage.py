@@ -983,6 +983,13 @@ def test_the_tail_cache_keeps_a_window_of_the_newest_entries(
         first = cache.first_id
         kept = [appended[i] for i in range(first, next_id)]
         assert cache.window(first, next_id - 1) == kept
+        # Cut as Ledger.read cuts: the longest prefix within the bytes, at least one entry.
+        cut = [
+            e
+            for i, e in enumerate(kept)
+            if i == 0 or sum(len(k.data) for k in kept[: i + 1]) <= 500
+        ]
+        assert cache.window(first, next_id - 1, 500) == cut
         assert all(cache.get(i) == appended[i] for i in range(first, next_id))
         assert cache.get(first - 1) is None
         assert cache.get(next_id) is None

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 from brokerlet.storage._records import RECORD_HEADER_SIZE
 from brokerlet.storage._worker import Job
-from brokerlet.storage.ledger import Entry, EntryColumns, NewEntry
+from brokerlet.storage.ledger import Entry, EntryColumns, NewEntry, count_within
 
-__all__ = ["ReadJob", "SegmentIndex", "TailCache", "read_batch", "within_bytes"]
+__all__ = ["ReadJob", "SegmentIndex", "TailCache", "read_batch"]
 
 _ENTRY_OVERHEAD = 120  # bytes an entry is charged beyond its data, for the cache budget
 _COMPACT_SLICE = 1024  # evicted cache entries freed together
@@ -122,10 +122,13 @@ class TailCache:
             return self._columns.entry(self._ledger_id, entry_id, index)
         return None
 
-    def window(self, start: int, stop: int) -> list[Entry]:
-        """The cached entries from ``start`` to ``stop`` (both within the window)."""
-        base = self._base
-        return self._columns.entries(self._ledger_id, start, start - base, stop - base + 1)
+    def window(self, start: int, stop: int, max_bytes: int = 0) -> list[Entry]:
+        """The cached entries from ``start`` to ``stop`` (both within the window), cut to
+        ``max_bytes`` of data as ``Ledger.read`` cuts (0: no limit)."""
+        columns = self._columns
+        low = start - self._base
+        high = low + count_within(columns.data[low : stop - self._base + 1], max_bytes)
+        return columns.entries(self._ledger_id, start, low, high)
 
     def drop_below(self, entry_id: int) -> None:
         head = max(self._head, min(entry_id - self._base, len(self._columns)))
@@ -189,15 +192,3 @@ def read_batch(jobs: list[Job]) -> None:
                 job.results.append(data)
         except OSError as error:
             job.error = error
-
-
-def within_bytes(entries: list[Entry], max_bytes: int) -> list[Entry]:
-    """The longest prefix of ``entries`` within ``max_bytes`` of data, but at least one."""
-    if max_bytes <= 0:
-        return entries
-    total = 0
-    for count, entry in enumerate(entries):
-        total += len(entry.data)
-        if total > max_bytes and count > 0:
-            return entries[:count]
-    return entries

@@ -73,7 +73,6 @@ from brokerlet.storage._reading import (
     SegmentIndex,
     TailCache,
     read_batch,
-    within_bytes,
 )
 from brokerlet.storage._records import (
     CorruptRecordError,
@@ -252,7 +251,7 @@ class DiskLedger:
             callback([])
             return
         if start >= self._cache.first_id:
-            callback(within_bytes(self._cache.window(start, stop), max_bytes))
+            callback(self._cache.window(start, stop, max_bytes))
             return
         segment = self._segments[bisect.bisect_right(self._bases, start) - 1]
         stop = min(stop, segment.last_id)

@@ -65,6 +65,19 @@ class Entry(NamedTuple):
 _as_entry = tuple.__new__  # Entry from a tuple of its fields, without its Python constructor
 
 
+def count_within(data: Sequence[bytes], max_bytes: int) -> int:
+    """How many of the first items of ``data`` fit in ``max_bytes`` together, but at least
+    one; all of them when ``max_bytes`` is 0 or less (a read's byte limit, ``Ledger.read``)."""
+    if max_bytes <= 0:
+        return len(data)
+    total = 0
+    for count, item in enumerate(data):
+        total += len(item)
+        if total > max_bytes and count > 0:
+            return count
+    return len(data)
+
+
 class EntryColumns:
     """Stored entries as columns: their data in a list, checksums and message counts in
     arrays, indexed from 0; `Entry` objects are made as entries are read.
@@ -222,14 +235,7 @@ class MemoryLedger:
         start = max(start, self.first_entry_id)
         begin = start - self._first
         columns = self._columns
-        end = min(begin + max_entries, len(columns))
-        if max_bytes > 0:
-            total = 0
-            for index, item in enumerate(columns.data[begin:end]):
-                total += len(item)
-                if total > max_bytes and index:
-                    end = begin + index
-                    break
+        end = begin + count_within(columns.data[begin : begin + max_entries], max_bytes)
         callback(columns.entries(self._ledger_id, start, begin, end))
 
     def read_ids(self, entry_ids: Sequence[int], callback: ReadCallback) -> None:
