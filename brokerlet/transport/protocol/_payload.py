@@ -174,21 +174,19 @@ def metadata_problem(entry: bytes) -> str | None:
     """
     try:
         metadata_size = _check_entry(entry)
-    except ProtocolError as error:
-        return error.reason
-    view = memoryview(entry)[4 : 4 + metadata_size]
-    try:
         # The usual answer in one parse; FromString does not check required fields.
+        view = memoryview(entry)[4 : 4 + metadata_size]
         if _metadata_from(view).IsInitialized():  # type: ignore[arg-type]
             return None
+    except ProtocolError as error:
+        return error.reason
     except DecodeError:
         pass
-    metadata = pb.MessageMetadata()
     try:
-        merge_from(metadata, view)
-    except DecodeError as exc:
-        return f"undecodable message metadata: {exc}"
-    return f"message metadata is missing required fields: {missing_fields(metadata)}"
+        parse_metadata(entry)  # parsed again only to name the problem
+    except ProtocolError as error:
+        return error.reason
+    return None
 
 
 def build_entry(metadata: pb.MessageMetadata, payload: bytes) -> bytes:
