@@ -3,7 +3,6 @@ and in order per producer; the reader takes turns after full receives, not after
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -65,7 +64,9 @@ def test_a_reader_woken_by_a_lone_request_takes_no_turn(
     with RawClient(broker.address) as client:
         client.handshake()
         for _ in range(20):
-            time.sleep(0.003)  # the pause is the workload: the reader waits in recv
+            # 3 ms with nothing from the broker: the reader waits in recv meanwhile.
+            with pytest.raises(TimeoutError):
+                client.recv_frame(timeout=0.003)
             client.ping()
     # The old rule took a turn for every one of them. The slice is wall time, so a thread the
     # OS preempts for a millisecond mid-request may still take one now and then.
