@@ -1,7 +1,8 @@
 """The broker's CPU per request when requests come one at a time, beside a bare gevent server's.
 
 ``python -m bench.micro.request_cpu [--requests N] [--pause-ms MS] [--rounds R]
-[--storage memory|disk] [--source DIR] [--no-pulsar-lite] [--callgrind]``
+[--storage memory|disk] [--sync-policy P] [--subscriptions N] [--source DIR]
+[--no-pulsar-lite] [--callgrind]``
 
 A blocking raw socket sends one unbatched 128-byte SEND, waits for its receipt, pauses, and
 sends the next, so every request finds the broker idle in its event loop. Below saturation
@@ -11,6 +12,12 @@ count. The floor line is a gevent ``StreamServer`` in a process of its own that 
 request's bytes, driven the same way in the same run: the ratio to it is what a change to the
 broker's request path moves. pulsar-lite gets the same SENDs, for the comparison the
 low-rate target of issue 19 makes. Prints figures, never asserts them.
+
+``--subscriptions N`` adds N Shared subscriptions, one raw consumer each on a connection of
+its own: a request is then a SEND, its receipt and the N deliveries of it, and the consumers
+acknowledge in groups of 50 as the official client's ack grouping would at these rates. That
+is the shape of ``loadtests``' telemetry-high-rate scenario (800 msg/s to five subscriptions)
+without Locust and pulsar-client sharing the two cores; the echo floor stays one request.
 
 ``--callgrind`` counts instead the instructions brokerlet runs per request under valgrind's
 callgrind (needs Debian's valgrind): the difference between a run of ``--requests`` and one
@@ -38,13 +45,14 @@ import psutil
 
 from bench.rawsocket import RawConnection
 from brokerlet.testing.process import BrokerletProcess, ChildBroker
-from brokerlet.transport.protocol import build_entry, encode_send, pb
+from brokerlet.transport.protocol import build_entry, encode_command, encode_send, pb
 from loadtests.brokers import PulsarLiteProcess
 
 __all__ = ["instructions_per_request", "main", "measure_broker", "measure_echo"]
 
 T = pb.BaseCommand
 _WARM_UP = 200
+_ACK_EVERY = 50
 
 
 def _cpu(process: psutil.Process) -> tuple[float, float]:
@@ -68,27 +76,63 @@ def _per_request(
     return (user1 - user0) / requests * 1e6, (system1 - system0) / requests * 1e6
 
 
-def measure_broker(service_url: str, pid: int, requests: int, pause: float) -> tuple[float, float]:
-    """One SEND at a time to a fresh topic; the broker's user and system CPU µs per SEND."""
+def measure_broker(
+    service_url: str, pid: int, requests: int, pause: float, subscriptions: int = 0
+) -> tuple[float, float]:
+    """One SEND at a time to a fresh topic, each delivered to ``subscriptions`` consumers
+    before the next; the broker's user and system CPU µs per SEND."""
     connection = RawConnection(service_url, "request-cpu")
     topic = f"persistent://public/default/request-cpu-{uuid.uuid4().hex[:8]}"
+    consumers = [_consumer(service_url, topic, f"sub-{k}") for k in range(subscriptions)]
     producer = pb.CommandProducer(topic=topic, producer_id=1, request_id=1)
     reply = connection.request(T(type=T.PRODUCER, producer=producer))
     if reply.type != T.PRODUCER_SUCCESS:
         raise RuntimeError(f"PRODUCER failed: {reply}")
     metadata = pb.MessageMetadata(producer_name="request-cpu", sequence_id=0, publish_time=1)
     entry = build_entry(metadata, b"x" * 128)
+    unacked: list[list[pb.MessageIdData]] = [[] for _ in consumers]
 
     def one(sequence_id: int) -> None:
         connection.sock.sendall(b"".join(encode_send(1, sequence_id, 1, entry)))
         got = connection.read(1)
         if got[0].type != T.SEND_RECEIPT:
             raise RuntimeError(f"unexpected reply: {got[0]}")
+        for consumer, ids in zip(consumers, unacked, strict=True):
+            for command in consumer.read(1):
+                if command.type != T.MESSAGE:
+                    raise RuntimeError(f"unexpected frame to a consumer: {command}")
+                ids.append(command.message.message_id)
+            if len(ids) >= _ACK_EVERY:
+                ack = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
+                ack.message_id.extend(ids)
+                consumer.sock.sendall(encode_command(T(type=T.ACK, ack=ack)))
+                ids.clear()
 
     try:
         return _per_request(psutil.Process(pid), requests, pause, one)
     finally:
         connection.close()
+        for consumer in consumers:
+            consumer.close()
+
+
+def _consumer(service_url: str, topic: str, subscription: str) -> RawConnection:
+    """A connection with one Shared consumer (id 1) on ``subscription``, given all the permits
+    it will need."""
+    consumer = RawConnection(service_url, "request-cpu")
+    subscribe = pb.CommandSubscribe(
+        topic=topic,
+        subscription=subscription,
+        sub_type=pb.CommandSubscribe.Shared,
+        consumer_id=1,
+        request_id=1,
+    )
+    reply = consumer.request(T(type=T.SUBSCRIBE, subscribe=subscribe))
+    if reply.type != T.SUCCESS:
+        raise RuntimeError(f"SUBSCRIBE failed: {reply}")
+    flow = pb.CommandFlow(consumer_id=1, message_permits=1 << 30)
+    consumer.sock.sendall(encode_command(T(type=T.FLOW, flow=flow)))
+    return consumer
 
 
 def _echo_server(ready: Connection) -> None:
@@ -132,7 +176,7 @@ def measure_echo(requests: int, pause: float, size: int) -> tuple[float, float]:
 
 
 def instructions_per_request(
-    flags: list[str], source: Path | None, requests: int, pause: float
+    flags: list[str], source: Path | None, requests: int, pause: float, subscriptions: int = 0
 ) -> float:
     """Instructions per SEND of a broker under callgrind, from two runs' totals."""
     fewer = max(1, requests // 6)
@@ -149,7 +193,7 @@ def instructions_per_request(
             ]
             with broker:
                 broker.start(timeout=300)
-                measure_broker(broker.service_url, broker.pid, count, pause)
+                measure_broker(broker.service_url, broker.pid, count, pause, subscriptions)
                 broker.stop(timeout=300)
             found = re.search(r"^summary: (\d+)", out.read_text(), re.MULTILINE)
             if found is None:
@@ -158,30 +202,48 @@ def instructions_per_request(
     return (totals[1] - totals[0]) / (requests - fewer)
 
 
+def _flags(storage: str, sync_policy: str | None) -> list[str]:
+    flags = ["--storage", storage]
+    if storage == "disk" and sync_policy:
+        flags += ["--sync-policy", sync_policy]
+    return flags
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.micro.request_cpu")
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--pause-ms", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--storage", choices=("memory", "disk"), action="append")
+    parser.add_argument("--sync-policy", help="for the disk broker (its default: every_batch)")
+    parser.add_argument("--subscriptions", type=int, default=0, metavar="N")
     parser.add_argument("--source", type=Path, metavar="DIR")
     parser.add_argument("--no-pulsar-lite", action="store_true")
     parser.add_argument("--callgrind", action="store_true")
     args = parser.parse_args()
     pause = args.pause_ms / 1000
+    shape = "one request at a time"
+    if args.subscriptions:
+        shape = f"one message at a time to {args.subscriptions} subscriptions"
     if args.callgrind:
         for storage in args.storage or ["memory", "disk"]:
             count = instructions_per_request(
-                ["--storage", storage], args.source, args.requests, pause
+                _flags(storage, args.sync_policy),
+                args.source,
+                args.requests,
+                pause,
+                args.subscriptions,
             )
             print(
-                f"one request at a time, brokerlet {storage}: {count:,.0f} instructions per "
+                f"{shape}, brokerlet {storage}: {count:,.0f} instructions per "
                 f"request (callgrind; {args.requests} and {max(1, args.requests // 6)} "
                 f"requests, {args.pause_ms:g} ms apart)"
             )
         return
     brokers: dict[str, ChildBroker] = {
-        f"brokerlet {storage}": BrokerletProcess(["--storage", storage], source=args.source)
+        f"brokerlet {storage}": BrokerletProcess(
+            _flags(storage, args.sync_policy), source=args.source
+        )
         for storage in args.storage or ["memory", "disk"]
     }
     if not args.no_pulsar_lite:
@@ -193,7 +255,9 @@ def main() -> None:
         for _ in range(args.rounds):  # the back-ends take turns: one load for all of them
             for name, broker in brokers.items():
                 figures[name].append(
-                    measure_broker(broker.service_url, broker.pid, args.requests, pause)
+                    measure_broker(
+                        broker.service_url, broker.pid, args.requests, pause, args.subscriptions
+                    )
                 )
             figures["echo"].append(measure_echo(args.requests, pause, 165))
     finally:
@@ -208,7 +272,7 @@ def main() -> None:
         if name.startswith("brokerlet") and "pulsar-lite" in best:
             against += f", {best[name] / best['pulsar-lite']:.2f}x pulsar-lite"
         print(
-            f"one request at a time, {label:16}: CPU µs per request {best[name]:.0f} "
+            f"{shape}, {label:16}: CPU µs per request {best[name]:.0f} "
             f"({against}; rounds user+system {text})"
         )
     print(
