@@ -143,6 +143,51 @@ def test_stop_blocks_until_on_stop_has_run(runtime: Runtime) -> None:
     assert ref.stop(block=True, timeout=WAIT) is False
 
 
+def test_what_is_queued_behind_a_stop_is_refused_asks_fail_and_tells_are_dropped(
+    runtime: Runtime,
+) -> None:
+    # GeventActor puts a tell in its inbox bare and only an ask in pykka's Envelope; its
+    # teardown must still answer every ask left behind as Pykka's does (ActorDeadError).
+    entered, release = runtime.event_class(), runtime.event_class()
+    ref = start_blocker(runtime.actor_class, entered, release)
+    try:
+        ref.tell("block")
+        assert entered.wait(WAIT)
+        stopped = ref.stop(block=False)
+        ref.tell("a tell nobody waits for")
+        late = ref.ask("late", block=False)
+    finally:
+        release.set()
+    assert stopped.get(timeout=WAIT) is True
+    with pytest.raises(pykka.ActorDeadError, match="stopped before handling"):
+        late.get(timeout=WAIT)
+    with pytest.raises(pykka.ActorDeadError):
+        ref.tell("after the stop")
+
+
+class Fatal(BaseException):
+    """Not an Exception: Pykka's loop stops every actor for it."""
+
+
+def test_a_base_exception_in_a_handler_stops_every_actor(runtime: Runtime) -> None:
+    bystander_stopped = runtime.event_class()
+
+    class Bystander(runtime.actor_class):
+        def on_stop(self) -> None:
+            bystander_stopped.set()
+
+    class Doomed(runtime.actor_class):
+        def on_receive(self, message: Any) -> None:
+            raise Fatal(message)
+
+    bystander = Bystander.start()
+    doomed = Doomed.start()
+    doomed.tell("now")
+    assert bystander_stopped.wait(WAIT)
+    assert not bystander.is_alive()
+    assert not doomed.is_alive()
+
+
 def test_ask_timeout_raises_pykka_timeout_within_bound(runtime: Runtime) -> None:
     entered, release = runtime.event_class(), runtime.event_class()
     ref = start_blocker(runtime.actor_class, entered, release)
