@@ -164,7 +164,11 @@ class Dispatcher:
         self.rate_limiters = [lim for lim in (*rate_limiters, own) if lim.enabled]
 
         self._read_id = 0
+        self._read_count = 0  # max_entries of the normal read pending
         self.pending_read: str | None = None  # None, "normal" or "replay"
+        # Standing reads (see ReadEntries) unless a diagnostic option or a rate limit (whose
+        # wait a push would skip) is in the way.
+        self._may_stand = not (options.completion_barrier or options.read_after_dispatch)
         self.backoff = ReadBackoff(settings)
         self._retry: Cancellable | None = None
         self._replay_timer: Cancellable | None = None
@@ -381,9 +385,13 @@ class Dispatcher:
             self._issue_read("replay", ReadIds(self.name, read_id, plan.replay_ids, self.actor_ref))
         elif plan.count:
             start = self.read_position
+            standing = self._may_stand and strategy.reads_after_dispatch and not self.rate_limiters
+            self._read_count = plan.count
             self._issue_read(
                 "normal",
-                ReadEntries(self.name, read_id, start, plan.count, max_bytes, self.actor_ref),
+                ReadEntries(
+                    self.name, read_id, start, plan.count, max_bytes, self.actor_ref, standing
+                ),
             )
         elif plan.backoff:
             self._retry_later(self.backoff.retry_delay_ms())
@@ -435,16 +443,36 @@ class Dispatcher:
         for rule in self.filters:
             entries = rule.admit(entries, replay=replay)
         if not entries:
-            self.gate.request()
+            if not (message.standing and self._keep_standing()):
+                self.gate.request()
             return
         if self._send(entries, replay=replay):
             self.backoff.dispatched()
+            if message.standing and self._keep_standing():
+                return  # the topic pushes what comes next
             if self.options.read_after_dispatch:
                 self.gate.request()
             # else the batches' write completions request the next pass
         elif any(c.writable for c in self.strategy.candidates()):
             self._retry_later(self.backoff.retry_delay_ms())
         # else: nothing writable; the writable event requests the next read.
+
+    def _keep_standing(self) -> bool:
+        """After a push of a standing read: stay parked on it while every entry went out
+        and the permits still cover its size; otherwise cancel it and go on as after any
+        read (the entries held back are replayed, a smaller read waits for permits)."""
+        book = self.book
+        if (
+            not book.replay
+            and not book.blocked_on_unacked
+            and self.total_permits.value >= self._read_count
+        ):
+            self.pending_read = "normal"
+            self.gate.hold()
+            return True
+        self.topic.tell(CancelRead(self.name, self._read_id))
+        self._read_id += 1  # a push already on its way is stale now
+        return False
 
     def _retry_later(self, delay_ms: float) -> None:
         """Request a read after ``delay_ms``. One timer at a time, and it only ever makes a

@@ -396,7 +396,12 @@ class DispatcherFailed:
 
 @dataclass(slots=True)  # built for every message or pass: see the module docstring
 class ReadEntries:
-    """Read up to ``max_entries`` from ``start``; at the end of the ledger, wait (long poll)."""
+    """Read up to ``max_entries`` from ``start``; at the end of the ledger, wait (long poll).
+
+    ``standing``: a read that waited and then reached the end of the ledger may stay armed
+    from the entry after its last one (the answer says whether it did, see
+    :class:`EntriesRead`), so a caught-up dispatcher need not ask again for each append.
+    """
 
     subscription: str
     read_id: int
@@ -404,6 +409,7 @@ class ReadEntries:
     max_entries: int
     max_bytes: int
     reply_to: pykka.ActorRef[DispatcherActor]
+    standing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -605,11 +611,16 @@ class RemoveConsumer:
 
 @dataclass(slots=True)  # built for every message or pass: see the module docstring
 class EntriesRead:
-    """The answer to :class:`ReadEntries` (``replay=False``) or :class:`ReadIds`."""
+    """The answer to :class:`ReadEntries` (``replay=False``) or :class:`ReadIds`.
+
+    ``standing``: the read stays armed at the topic, from the entry after the last of
+    ``entries``, until it is cancelled or replaced.
+    """
 
     read_id: int
     entries: list[Entry] | BaseException
     replay: bool
+    standing: bool = False
 
 
 @dataclass(slots=True)  # built for every message or pass: see the module docstring

@@ -137,6 +137,9 @@ class TopicActor(GeventActor):
             cpu_share=settings.compaction_cpu_share,
         )
         self.waiting: dict[str, ReadEntries] = {}  # long polls at the end of the ledger
+        # Standing reads being answered: subscription -> read id; re-armed when their read
+        # completes at the end of the ledger, unless cancelled or replaced meanwhile.
+        self.standing: dict[str, int] = {}
         self.msg_in = 0
         self.bytes_in = 0
         self._rate_in = Rate()
@@ -438,6 +441,7 @@ class TopicActor(GeventActor):
             self.non_durable.discard(message.subscription)
             self.read_compacted.discard(message.subscription)
             self.waiting.pop(message.subscription, None)
+            self.standing.pop(message.subscription, None)
             if message.deleted and self.cursors is not None:
                 self.cursors.delete(message.subscription)
             dispatcher.stop(block=False)
@@ -448,6 +452,7 @@ class TopicActor(GeventActor):
             return
         del self.subscriptions[message.subscription]
         self.waiting.pop(message.subscription, None)
+        self.standing.pop(message.subscription, None)
         if message.cursor is not None:
             # Resumed from here by the next SUBSCRIBE; retention keeps holding its backlog.
             self.saved[message.subscription] = message.cursor
@@ -492,6 +497,7 @@ class TopicActor(GeventActor):
     # Reading.
 
     def _read_entries(self, message: ReadEntries) -> None:
+        self.standing.pop(message.subscription, None)  # a new read replaces a standing one
         if max(message.start, self.ledger.first_entry_id) > self.ledger.last_entry_id:
             self.waiting[message.subscription] = message
             return
@@ -520,7 +526,37 @@ class TopicActor(GeventActor):
         ready = [read for read in self.waiting.values() if read.start <= last]
         for read in ready:
             del self.waiting[read.subscription]
-            self._read_now(read)
+            if read.standing and read.subscription not in self.read_compacted:
+                self._read_standing(read)
+            else:
+                self._read_now(read)
+
+    def _read_standing(self, read: ReadEntries) -> None:
+        """Answer a standing read and arm it again from the result, if the result reached
+        the end of the ledger and nothing cancelled or replaced the read meanwhile (a cut
+        by ``max_entries`` or ``max_bytes`` leaves the rest to the dispatcher's next read)."""
+        subscription = read.subscription
+        self.standing[subscription] = read.read_id
+
+        def done(result: list[Entry] | BaseException) -> None:
+            armed = False
+            if self.standing.get(subscription) == read.read_id:
+                del self.standing[subscription]
+                if (
+                    isinstance(result, list)
+                    and result
+                    and result[-1].entry_id == self.ledger.last_entry_id
+                    and subscription in self.subscriptions
+                ):
+                    self.waiting[subscription] = dataclasses.replace(
+                        read, start=result[-1].entry_id + 1
+                    )
+                    armed = True
+            tell_quietly(
+                read.reply_to, EntriesRead(read.read_id, result, replay=False, standing=armed)
+            )
+
+        self.ledger.read(read.start, read.max_entries, read.max_bytes, self._on_actor(done))
 
     def _read_ids(self, message: ReadIds) -> None:
         def done(result: list[Entry] | BaseException) -> None:
@@ -641,6 +677,8 @@ class TopicActor(GeventActor):
         waiting = self.waiting.get(message.subscription)
         if waiting is not None and waiting.read_id == message.read_id:
             del self.waiting[message.subscription]
+        if self.standing.get(message.subscription) == message.read_id:
+            del self.standing[message.subscription]  # being answered: not armed again
 
     # Observability.
 

@@ -19,6 +19,7 @@ __all__ = ["SharedStrategy"]
 
 class SharedStrategy(InOrderChunks):
     delays_delivery = True
+    reads_after_dispatch = True
 
     def __init__(self, book: DeliveryBook, chunk: int) -> None:
         super().__init__(book, SHARED)

@@ -91,6 +91,14 @@ class Strategy:
     """Whether messages with a ``deliver_at_time`` wait for it (Shared and Key_Shared only,
     as in Pulsar: its single-active dispatchers have no delay tracker)."""
 
+    reads_after_dispatch = False
+    """Whether the next read may start before a pass's writes complete (Shared, as Pulsar's
+    ``PersistentDispatcherMultipleConsumers`` reads again right after a pass). brokerlet
+    uses it at the end of the topic only: a caught-up dispatcher's read stays armed at the
+    topic (a standing read) while each push is handed out in full. Otherwise the batches'
+    write completions request the next read (Key_Shared since Pulsar #26635, and the
+    single-active types)."""
+
     looks_ahead = False
     """Whether a replay entry can become deliverable while a normal read waits for new
     entries (Key_Shared, see :meth:`replay_ready`). If not, a pass made while such a read
