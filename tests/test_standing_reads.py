@@ -136,3 +136,31 @@ def test_a_new_consumer_after_the_last_one_closed_reads_from_the_mark_delete(
         assert [m.entry_id for m in consumer.receive(2, 5)] == [1, 2, 3, 4, 5]
         producer.produce(1, 6, b"after")
         assert [m.entry_id for m in consumer.receive(2, 1)] == [6]
+
+
+def test_a_paused_consumer_at_the_tail_stops_the_pushes_and_loses_nothing() -> None:
+    # The consumer stops reading while caught up: pushes fill its socket until the channel
+    # is unwritable, a push then cannot go out, the standing read is cancelled and the
+    # ordinary loop waits for the writable event. Reading again delivers everything once.
+    topic = "persistent://public/default/standing-paused"
+    payload = b"p" * 4096
+    count = 300  # 1.2 MB: far more than the 16 KiB socket buffers and the channel hold
+    with Broker(port=0, so_sndbuf=16384) as broker:
+        producer = RawClient(broker.address, timeout=TIMEOUT)
+        consumer = RawClient(broker.address, timeout=TIMEOUT, rcvbuf=16384)
+        with producer, consumer:
+            producer.handshake()
+            producer.create_producer(topic, 1)
+            consumer.handshake()
+            consumer.subscribe(topic, "s", 1, sub_type=SHARED)
+            consumer.flow(1, 1000)
+            producer.produce(1, 0, payload)
+            assert [m.entry_id for m in consumer.receive(1, 1)] == [0]  # standing from here
+            for sequence_id in range(1, count):
+                producer.produce(1, sequence_id, payload)  # the consumer reads nothing
+            sub = subscription_stats(broker, topic)
+            assert sub["msgOutCounter"] < count, "the paused socket must stop the pushes"
+            rest = consumer.receive(1, count - 1, TIMEOUT)
+            assert [m.entry_id for m in rest] == list(range(1, count))
+            producer.produce(1, count, b"after")
+            assert [m.entry_id for m in consumer.receive(1, 1)] == [count]

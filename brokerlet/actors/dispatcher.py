@@ -443,13 +443,15 @@ class Dispatcher:
         for rule in self.filters:
             entries = rule.admit(entries, replay=replay)
         if not entries:
-            if not (message.standing and self._keep_standing()):
+            if not (message.standing and self._stay_parked(handed_out=True)):
                 self.gate.request()
             return
-        if self._send(entries, replay=replay):
+        sent = self._send(entries, replay=replay)
+        if message.standing and self._stay_parked(handed_out=sent):
             self.backoff.dispatched()
-            if message.standing and self._keep_standing():
-                return  # the topic pushes what comes next
+            return  # the topic pushes what comes next
+        if sent:
+            self.backoff.dispatched()
             if self.options.read_after_dispatch:
                 self.gate.request()
             # else the batches' write completions request the next pass
@@ -457,13 +459,14 @@ class Dispatcher:
             self._retry_later(self.backoff.retry_delay_ms())
         # else: nothing writable; the writable event requests the next read.
 
-    def _keep_standing(self) -> bool:
+    def _stay_parked(self, *, handed_out: bool) -> bool:
         """After a push of a standing read: stay parked on it while every entry went out
         and the permits still cover its size; otherwise cancel it and go on as after any
         read (the entries held back are replayed, a smaller read waits for permits)."""
         book = self.book
         if (
-            not book.replay
+            handed_out
+            and not book.replay
             and not book.blocked_on_unacked
             and self.total_permits.value >= self._read_count
         ):
