@@ -411,6 +411,19 @@ class ReadEntries:
     reply_to: pykka.ActorRef[DispatcherActor]
     standing: bool = False
 
+    def resumed_at(self, start: int) -> ReadEntries:
+        """The same read from ``start`` (``dataclasses.replace`` costs several times more,
+        and a standing read is re-armed at every push)."""
+        return ReadEntries(
+            self.subscription,
+            self.read_id,
+            start,
+            self.max_entries,
+            self.max_bytes,
+            self.reply_to,
+            self.standing,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ReadIds:

@@ -8,7 +8,6 @@ until the next append (the long poll) or until its dispatcher cancels it.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -515,7 +514,7 @@ class TopicActor(GeventActor):
                 done(compacted)
                 return
             if start > self.ledger.last_entry_id:
-                self.waiting[message.subscription] = dataclasses.replace(message, start=start)
+                self.waiting[message.subscription] = message.resumed_at(start)
                 return
         self.ledger.read(start, message.max_entries, message.max_bytes, done)
 
@@ -548,9 +547,7 @@ class TopicActor(GeventActor):
                     and result[-1].entry_id == self.ledger.last_entry_id
                     and subscription in self.subscriptions
                 ):
-                    self.waiting[subscription] = dataclasses.replace(
-                        read, start=result[-1].entry_id + 1
-                    )
+                    self.waiting[subscription] = read.resumed_at(result[-1].entry_id + 1)
                     armed = True
             tell_quietly(
                 read.reply_to, EntriesRead(read.read_id, result, replay=False, standing=armed)
