@@ -15,7 +15,6 @@ a topic (see :meth:`TopicOps.handlers <brokerlet.topicops.topic_side.TopicOps.ha
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -146,7 +145,7 @@ class NonPersistentRule:
         last = self.ledger.last_entry_id
         if start > last:
             subscriber.position = start
-            subscriber.waiting = dataclasses.replace(message, start=start)
+            subscriber.waiting = message.resumed_at(start)
             return
         end = min(last, runs[0][0] - 1) if runs else last
         window: list[Entry] = []
