@@ -33,6 +33,20 @@ class RawConnection:
         self.sock.sendall(encode_command(command))
         return self.read(1)[0]
 
+    def subscribe(self, topic: str, subscription: str, consumer_id: int = 1) -> None:
+        """A Shared consumer on ``subscription`` (from the earliest entry); waits for SUCCESS."""
+        subscribe = pb.CommandSubscribe(
+            topic=topic,
+            subscription=subscription,
+            sub_type=pb.CommandSubscribe.Shared,
+            consumer_id=consumer_id,
+            request_id=1,
+            initial_position=pb.CommandSubscribe.Earliest,
+        )
+        reply = self.request(T(type=T.SUBSCRIBE, subscribe=subscribe))
+        if reply.type != T.SUCCESS:
+            raise RuntimeError(f"SUBSCRIBE failed: {reply}")
+
     def read(self, wanted: int) -> list[pb.BaseCommand]:
         """At least ``wanted`` commands: every one that the bytes received so far complete."""
         commands: list[pb.BaseCommand] = []

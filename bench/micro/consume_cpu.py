@@ -32,17 +32,7 @@ def measure(broker: ChildBroker, messages: int) -> float:
     """Store ``messages`` in a new topic, then consume them; the consume phase's CPU µs each."""
     topic = f"persistent://public/default/consume-{uuid.uuid4().hex[:8]}"
     connection = RawConnection(broker.service_url, "cpu-bench")
-    subscribe = pb.CommandSubscribe(
-        topic=topic,
-        subscription="bench",
-        sub_type=pb.CommandSubscribe.Shared,
-        consumer_id=1,
-        request_id=1,
-        initial_position=pb.CommandSubscribe.Earliest,
-    )
-    reply = connection.request(T(type=T.SUBSCRIBE, subscribe=subscribe))
-    if reply.type != T.SUCCESS:
-        raise RuntimeError(f"SUBSCRIBE failed: {reply}")
+    connection.subscribe(topic, "bench")
     produce(broker, messages, topic)
     before = broker.cpu_seconds()
     connection.sock.sendall(encode_flow(1, _QUEUE))

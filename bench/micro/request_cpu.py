@@ -45,7 +45,7 @@ import psutil
 
 from bench.rawsocket import RawConnection
 from brokerlet.testing.process import BrokerletProcess, ChildBroker
-from brokerlet.transport.protocol import build_entry, encode_command, encode_send, pb
+from brokerlet.transport.protocol import build_entry, encode_ack, encode_flow, encode_send, pb
 from loadtests.brokers import PulsarLiteProcess
 
 __all__ = ["instructions_per_request", "main", "measure_broker", "measure_echo"]
@@ -90,7 +90,7 @@ def measure_broker(
         raise RuntimeError(f"PRODUCER failed: {reply}")
     metadata = pb.MessageMetadata(producer_name="request-cpu", sequence_id=0, publish_time=1)
     entry = build_entry(metadata, b"x" * 128)
-    unacked: list[list[pb.MessageIdData]] = [[] for _ in consumers]
+    unacked: list[list[tuple[int, int]]] = [[] for _ in consumers]
 
     def one(sequence_id: int) -> None:
         connection.sock.sendall(b"".join(encode_send(1, sequence_id, 1, entry)))
@@ -101,11 +101,10 @@ def measure_broker(
             for command in consumer.read(1):
                 if command.type != T.MESSAGE:
                     raise RuntimeError(f"unexpected frame to a consumer: {command}")
-                ids.append(command.message.message_id)
+                message_id = command.message.message_id
+                ids.append((message_id.ledger_id, message_id.entry_id))
             if len(ids) >= _ACK_EVERY:
-                ack = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
-                ack.message_id.extend(ids)
-                consumer.sock.sendall(encode_command(T(type=T.ACK, ack=ack)))
+                consumer.sock.sendall(encode_ack(1, ids))
                 ids.clear()
 
     try:
@@ -120,18 +119,8 @@ def _consumer(service_url: str, topic: str, subscription: str) -> RawConnection:
     """A connection with one Shared consumer (id 1) on ``subscription``, given all the permits
     it will need."""
     consumer = RawConnection(service_url, "request-cpu")
-    subscribe = pb.CommandSubscribe(
-        topic=topic,
-        subscription=subscription,
-        sub_type=pb.CommandSubscribe.Shared,
-        consumer_id=1,
-        request_id=1,
-    )
-    reply = consumer.request(T(type=T.SUBSCRIBE, subscribe=subscribe))
-    if reply.type != T.SUCCESS:
-        raise RuntimeError(f"SUBSCRIBE failed: {reply}")
-    flow = pb.CommandFlow(consumer_id=1, message_permits=1 << 30)
-    consumer.sock.sendall(encode_command(T(type=T.FLOW, flow=flow)))
+    consumer.subscribe(topic, subscription)
+    consumer.sock.sendall(encode_flow(1, 1 << 30))
     return consumer
 
 
