@@ -88,6 +88,7 @@ from brokerlet.security.session import CheckCredentials, ConnectionAuth
 from brokerlet.storage.ledger import NewEntry
 from brokerlet.topicops.wire import knows_end_of_topic, reached_end_of_topic
 from brokerlet.transport.protocol import (
+    PONG_FRAME,
     PROTOCOL_VERSION,
     Frame,
     ProtocolError,
@@ -150,9 +151,6 @@ class _Producer:
 
 
 _PRODUCER_NEWS = (ProducerReady, ProducerFenced, ProducerRefused)
-_PONG = encode_command(T(type=T.PONG, pong=pb.CommandPong()))
-"""The one answer to every PING: building the protobuf object each time was a tenth of a
-PING's broker CPU (py-spy)."""
 
 
 class ConnectionActor(GeventActor):
@@ -385,7 +383,7 @@ class ConnectionActor(GeventActor):
         )
 
     def _ping(self, _command: pb.BaseCommand) -> None:
-        self.channel.write(_PONG)
+        self.channel.write(PONG_FRAME)
 
     def _partitioned_metadata(self, command: pb.BaseCommand) -> None:
         request = command.partitioned_metadata

@@ -33,6 +33,8 @@ from brokerlet.client.errors import (
 )
 from brokerlet.transport.channel import BytesLike, Channel
 from brokerlet.transport.protocol import (
+    PING_FRAME,
+    PONG_FRAME,
     PROTOCOL_VERSION,
     Frame,
     FrameDecoder,
@@ -60,9 +62,6 @@ DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 # could send, rather than learn the limit only after the first frame (CONNECTED) arrived.
 _MAX_FRAME_SIZE = 128 * 1024 * 1024
 _RECV_SIZE = 256 * 1024
-
-_PING = encode_command(T(type=T.PING, ping=pb.CommandPing()))
-_PONG = encode_command(T(type=T.PONG, pong=pb.CommandPong()))
 
 # Responses matched to a pending request, with where their request id lives.
 _RESPONSES: dict[int, Callable[[pb.BaseCommand], int]] = {
@@ -444,7 +443,7 @@ class Connection:
                 self.close(ConnectError(f"{self.logical_url} did not answer keep-alive"))
                 return
             self._alive = False
-            self.write(_PING)
+            self.write(PING_FRAME)
 
     # -- dispatch (reader greenlet) ------------------------------------------------------
 
@@ -490,7 +489,7 @@ class Connection:
             if result is not None:
                 result.set_exception(error_for_code(error.error, error.message))
         elif kind == T.PING:
-            self.write(_PONG)
+            self.write(PONG_FRAME)
         elif kind == T.PONG:
             pass
         elif kind == T.SEND_ERROR:

@@ -37,7 +37,7 @@ from brokerlet.dispatch.consumer import ConnectionHandle
 from brokerlet.schema import SchemaRegistry
 from brokerlet.security.service import Security
 from brokerlet.transport.channel import Channel
-from brokerlet.transport.protocol import FrameDecoder, ProtocolError, encode_command, pb
+from brokerlet.transport.protocol import PING_FRAME, FrameDecoder, ProtocolError, pb
 from brokerlet.transport.sockopts import configure_socket
 from brokerlet.transport.tls import TlsHandshakeFailed, peer_certificate, wrap_server_socket
 
@@ -53,8 +53,6 @@ RECV_BYTES = 16384
 its frames one actor message: 16 KiB is some 90 small SENDs, about half a millisecond
 (64 KiB took 2-4 ms in the stall probe); the extra receive calls cost well under 0.1 µs a
 message."""
-
-_PING = encode_command(pb.BaseCommand(type=pb.BaseCommand.PING, ping=pb.CommandPing()))
 
 
 class Server:
@@ -353,7 +351,7 @@ class _KeepAlive:
         elif self.pinged:
             self._close(f"no response to keep-alive within {self._interval} s")
         else:
-            self._channel.write(_PING)
+            self._channel.write(PING_FRAME)
             self.pinged = True
 
     def _close(self, reason: str) -> None:

@@ -31,6 +31,8 @@ from brokerlet.transport.protocol._fast import (
     encode_send_receipts,
 )
 from brokerlet.transport.protocol._framing import (
+    PING_FRAME,
+    PONG_FRAME,
     PROTOCOL_VERSION,
     Frame,
     FrameDecoder,
@@ -62,6 +64,8 @@ from brokerlet.transport.protocol._scan import deliver_at_time, publish_time, st
 __all__ = [
     "MAGIC_BROKER_ENTRY_METADATA",
     "MAGIC_CRC32C",
+    "PING_FRAME",
+    "PONG_FRAME",
     "PROTOCOL_VERSION",
     "ConsumerStatsFigures",
     "Frame",
