@@ -52,6 +52,7 @@ __all__ = ["BytesLike", "Channel", "ChannelClosed", "ChannelStatistics", "WriteC
 logger = logging.getLogger(__name__)
 
 BytesLike = bytes | bytearray | memoryview
+_Buffer = bytes | memoryview  # as queued: a bytearray is written through a view of it
 WriteCallback = Callable[[BaseException | None], None]
 
 # Linux's IOV_MAX; sendmsg fails with EMSGSIZE beyond it.
@@ -104,12 +105,12 @@ class _PendingWrite:
 
     __slots__ = ("buffers", "callback", "index")
 
-    def __init__(self, buffers: list[memoryview], callback: WriteCallback | None) -> None:
+    def __init__(self, buffers: list[_Buffer], callback: WriteCallback | None) -> None:
         self.buffers = buffers
         self.callback = callback
         self.index = 0  # first buffer not yet fully sent
 
-    def unsent(self) -> Iterator[memoryview]:
+    def unsent(self) -> Iterator[_Buffer]:
         return islice(self.buffers, self.index, None)
 
     def consume(self, sent: int) -> int:
@@ -120,8 +121,8 @@ class _PendingWrite:
             size = len(buffers[index])
             if sent < size:
                 if sent:
-                    # A view of a view: the unsent tail is never copied.
-                    buffers[index] = buffers[index][sent:]
+                    # A view of the unsent tail: it is never copied.
+                    buffers[index] = memoryview(buffers[index])[sent:]
                     sent = 0
                 break
             sent -= size
@@ -285,7 +286,14 @@ class Channel:
         Raises:
             TypeError: ``data`` is not a bytes-like object or a sequence of them.
         """
-        if isinstance(data, bytes | bytearray | memoryview):
+        buffers: list[_Buffer]
+        view: _Buffer
+        if type(data) is bytes:
+            # Nearly every write: bytes go to sendmsg as they are, and become a view only
+            # if a partial send leaves a tail.
+            buffers = [data] if data else []
+            size = len(data)
+        elif isinstance(data, bytes | bytearray | memoryview):
             view = _byte_view(data)
             buffers = [view] if len(view) else []
             size = len(view)
@@ -293,7 +301,7 @@ class Channel:
             buffers = []
             size = 0
             for part in data:
-                view = _byte_view(part)
+                view = part if type(part) is bytes else _byte_view(part)
                 if len(view):
                     buffers.append(view)
                     size += len(view)
@@ -385,11 +393,17 @@ class Channel:
             self._shutdown(exc)
             raise
 
-    def _gather(self) -> tuple[list[memoryview], int]:
+    def _gather(self) -> tuple[list[_Buffer], int]:
         """The queued buffers for one send, up to the iovec and byte caps, and their size."""
-        buffers: list[memoryview] = []
+        queue = self._queue
+        if len(queue) == 1 and self._pending_bytes < self._max_send:
+            # One write, untouched: its own list (pending bytes are all its unsent bytes).
+            head = queue[0]
+            if not head.index and len(head.buffers) < MAX_IOVECS:
+                return head.buffers, self._pending_bytes
+        buffers: list[_Buffer] = []
         total = 0
-        for pending in self._queue:
+        for pending in queue:
             for buffer in pending.unsent():
                 buffers.append(buffer)
                 total += len(buffer)
@@ -407,7 +421,7 @@ class Channel:
             except Exception:
                 logger.exception("%r: on_send_blocked raised", self)
 
-    def _send(self, buffers: list[memoryview]) -> int | None:
+    def _send(self, buffers: list[_Buffer]) -> int | None:
         """Hand buffers to the kernel; return the bytes taken, or None once closed."""
         if self._on_send_blocked is not None and not self._park_check_pending:
             self._park_check_pending = True
@@ -418,7 +432,7 @@ class Channel:
         finally:
             self._in_send = False
 
-    def _send_now(self, buffers: list[memoryview]) -> int | None:
+    def _send_now(self, buffers: list[_Buffer]) -> int | None:
         if not self._vectored:
             return self._send_joined(buffers)
         while True:
@@ -437,7 +451,7 @@ class Channel:
                 return None
             return sent
 
-    def _send_joined(self, buffers: list[memoryview]) -> int | None:
+    def _send_joined(self, buffers: list[_Buffer]) -> int | None:
         """The TLS path: one ``send`` of the joined buffers, retried unchanged on timeout."""
         data: BytesLike = buffers[0] if len(buffers) == 1 else b"".join(buffers)
         while True:
@@ -463,6 +477,10 @@ class Channel:
         # Unlink finished writes before running any callback: if a callback closes the
         # channel, the writes already in the kernel still complete, and in order.
         queue = self._queue
+        if not self._pending_bytes:
+            # Everything queued is in the kernel: no write needs its buffers walked.
+            self._finishing.extend(queue)
+            queue.clear()
         while queue:
             head = queue[0]
             sent = head.consume(sent)
@@ -477,9 +495,10 @@ class Channel:
     def _run_finished_callbacks(self) -> None:
         finishing = self._finishing
         while finishing:
-            pending = finishing.popleft()
+            callback = finishing.popleft().callback
             self._writes += 1
-            self._notify_write(pending.callback, None)
+            if callback is not None:
+                self._notify_write(callback, None)
 
     # -- state changes and callbacks -------------------------------------------------------
 
