@@ -84,12 +84,16 @@ class Frame:
     __slots__ = ("_command", "_raw", "invalid_text", "payload", "send", "type")
 
     def __init__(
-        self, command: pb.BaseCommand, payload: bytes | None, invalid_text: str | None = None
+        self,
+        command: pb.BaseCommand,
+        payload: bytes | None,
+        invalid_text: str | None = None,
+        type_value: int | None = None,
     ) -> None:
-        """A frame of an already decoded command."""
+        """A frame of an already decoded command (``type_value``: its type, if read already)."""
         self._command: pb.BaseCommand | None = command
         self._raw = b""
-        self.type: int = command.type
+        self.type: int = command.type if type_value is None else type_value
         self.payload = payload
         self.invalid_text = invalid_text
         self.send: SendFields | None = None
@@ -244,23 +248,28 @@ class FrameDecoder:
                         frames.append(Frame._of_send(raw, send, bytes(view[command_end:frame_end])))
                         offset = frame_end
                         continue
-                command = _decode_command(view[offset + 8 : command_end])
-                if command.type in _PAYLOAD_TYPES:
+                command, type_value = _decode_command(view[offset + 8 : command_end])
+                if type_value in _PAYLOAD_TYPES:
                     payload: bytes | None = bytes(view[command_end:frame_end])
                 elif command_end != frame_end:
                     raise ProtocolError(
                         f"{frame_end - command_end} unexpected bytes after a "
-                        f"{command_name(command.type)} command"
+                        f"{command_name(type_value)} command"
                     )
                 else:
                     payload = None
-                frames.append(Frame(command, payload, invalid_text_field(command)))
+                invalid_text = invalid_text_field(command, type_value)
+                frames.append(Frame(command, payload, invalid_text, type_value))
                 offset = frame_end
         return frames, offset
 
 
-def _decode_command(data: memoryview) -> pb.BaseCommand:
-    """Parse and validate one BaseCommand."""
+def _decode_command(data: memoryview) -> tuple[pb.BaseCommand, int]:
+    """Parse and validate one BaseCommand; return it and its type.
+
+    Every protobuf attribute read costs as much as a few lines of Python here, so each is
+    read once: ``type`` is required, so one ``IsInitialized`` also says it is present.
+    """
     command = pb.BaseCommand()
     try:
         # MergeFromString rather than FromString: it leaves required-field checking to
@@ -272,24 +281,24 @@ def _decode_command(data: memoryview) -> pb.BaseCommand:
             raise ProtocolError(f"unknown command type {peeked}") from None
         what = command_name(peeked) if peeked is not None else "untyped"
         raise ProtocolError(f"undecodable {what} command: {exc}") from None
-    if not command.HasField("type"):
-        # proto2 keeps an undefined enum value as an unknown field, so look ourselves.
-        peeked = _peek_type(data)
-        if peeked is None:
-            raise ProtocolError("command has no type")
-        raise ProtocolError(f"unknown command type {peeked}")
-    type_value = command.type
+    if not command.IsInitialized():
+        if not command.HasField("type"):
+            # proto2 keeps an undefined enum value as an unknown field, so look ourselves.
+            peeked = _peek_type(data)
+            if peeked is None:
+                raise ProtocolError("command has no type")
+            raise ProtocolError(f"unknown command type {peeked}")
+        missing = missing_fields(command)
+        raise ProtocolError(
+            f"{command_name(command.type)} command is missing required fields: {missing}"
+        )
+    type_value: int = command.type
     body = _BODY_FIELDS.get(type_value)
     # The stubs type HasField's argument as a Literal of field names; ours come from the
     # descriptor, so they are valid by construction.
     if body is not None and not command.HasField(body):  # type: ignore[arg-type]
         raise ProtocolError(f"{command_name(type_value)} without its body")
-    if not command.IsInitialized():
-        missing = missing_fields(command)
-        raise ProtocolError(
-            f"{command_name(type_value)} command is missing required fields: {missing}"
-        )
-    return command
+    return command, type_value
 
 
 def _peek_type(data: memoryview) -> int | None:

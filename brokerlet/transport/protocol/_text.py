@@ -45,12 +45,13 @@ _T = pb.BaseCommand
 SKIPPED_TYPES = frozenset((_T.SEND, _T.MESSAGE, _T.ACK, _T.FLOW, _T.PING, _T.PONG))
 
 
-def invalid_text_field(command: pb.BaseCommand) -> str | None:
-    """The path of the first string field of ``command`` that is not valid UTF-8, or None.
+def invalid_text_field(command: pb.BaseCommand, type_value: int | None = None) -> str | None:
+    """The path of the first string field of ``command`` that is not valid UTF-8, or None
+    (``type_value``: the command's type, if the caller has read it already).
 
     >>> invalid_text_field(pb.BaseCommand(type=pb.BaseCommand.PING, ping=pb.CommandPing()))
     """
-    if command.type in SKIPPED_TYPES:
+    if (command.type if type_value is None else type_value) in SKIPPED_TYPES:
         return None
     return _walk(command, "")
 
