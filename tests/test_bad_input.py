@@ -25,6 +25,7 @@ import pytest
 
 from brokerlet import Broker
 from brokerlet.testing.rawclient import RawClient, make_entry
+from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import encode_command, encode_send, pb
 from brokerlet.transport.server import FRAME_PADDING
 
@@ -587,6 +588,28 @@ def test_ping_is_answered_with_pong(broker: Broker) -> None:
         client.handshake()
         for _ in range(3):
             client.ping()
+
+
+def test_a_socket_closed_while_its_reader_waits_ends_the_connection(broker: Broker) -> None:
+    # After a short read the reader waits for readability before its next recv
+    # (server.Server._receive). A close from another greenlet, as the channel's on a failed
+    # send, must cancel that wait as it cancels gevent's recv, not leave the reader parked.
+    with RawClient(broker.address) as client:
+        client.handshake()
+        client.ping()  # the reader has read a short chunk and waits again
+        server = broker._server
+        assert server is not None
+        assert broker._call(lambda _ref: server.connection_count) == 1
+        broker._call(lambda _ref: [sock.close() for sock in list(server._connections)])
+        assert client.wait_closed(timeout=WAIT) == []
+        wait_until(
+            lambda: broker._call(lambda _ref: server.connection_count) == 0,
+            message="the reader of the closed socket is still running",
+            timeout=WAIT,
+        )
+    with RawClient(broker.address) as later:  # the listener is untouched
+        later.handshake()
+        later.ping()
 
 
 KEEP_ALIVE = {"keep_alive_interval_seconds": 1}
