@@ -115,6 +115,10 @@ __all__ = ["ConnectionActor", "valid_topic_name"]
 
 log = logging.getLogger(__name__)
 
+# NewEntry and AppendItem per SEND from a tuple of their fields, without the NamedTuple's
+# Python-level constructor (a frame per call).
+_as_named = tuple.__new__
+
 T = pb.BaseCommand
 _producer_names = itertools.count()
 NO_ID = 2**64 - 1
@@ -708,7 +712,7 @@ class ConnectionActor(GeventActor):
             else:
                 refusal = _metadata_refusal(data)
                 if refusal is None:
-                    entry = NewEntry(data, checksum, num_messages)
+                    entry = _as_named(NewEntry, (data, checksum, num_messages))
             if refusal is not None:
                 self._refused.warn(
                     "%s: refused SEND %d of producer %s: %s",
@@ -717,7 +721,7 @@ class ConnectionActor(GeventActor):
                     producer.name,
                     refusal[1],
                 )
-            items.append(AppendItem(sequence_id, highest, entry, refusal))
+            items.append(_as_named(AppendItem, (sequence_id, highest, entry, refusal)))
         for producer, items in by_producer.values():
             self._append(producer, items)
         return True

@@ -451,6 +451,9 @@ class SendFields(NamedTuple):
 
 
 _INT32_LIMIT = 1 << 31
+# A NamedTuple from a tuple of its fields, without its Python-level constructor (a frame
+# per call, twice the cost of the tuple): for the few built once per message.
+_as_named = tuple.__new__
 _VARINT = rb"([\x80-\xff]{0,8}[\x00-\x7f])"  # at most nine bytes: no 64-bit overflow rules
 # type = SEND, then the send body (length below 128) with fields 1, 2, [3], [6] in number
 # order, as protobuf serialisers write them.
@@ -469,8 +472,15 @@ _PLAIN_SEND = re.compile(
 
 
 def _varint(group: bytes) -> int:
-    if len(group) == 1:
+    """The value of a varint that `_VARINT` matched (every byte but the last has its high bit)."""
+    size = len(group)
+    if size == 1:
         return group[0]
+    # Sequence and entry ids are mostly two or three bytes long: no loop for those.
+    if size == 2:
+        return (group[0] & 0x7F) | (group[1] << 7)
+    if size == 3:
+        return (group[0] & 0x7F) | ((group[1] & 0x7F) << 7) | (group[2] << 14)
     value = 0
     shift = 0
     for byte in group:
@@ -499,12 +509,16 @@ def decode_send(command: bytes) -> SendFields | None:
     length, producer_id, sequence_id, num_messages, highest = match.groups()
     if length[0] + 4 != len(command):
         return None
-    count = 1 if num_messages is None else _varint(num_messages)
+    if num_messages is None:
+        count = 1
+    else:
+        count = num_messages[0] if len(num_messages) == 1 else _varint(num_messages)
     if count >= _INT32_LIMIT:
         return None  # a negative or wrapped int32: protobuf's reading applies
-    return SendFields(
+    fields = (
         producer_id[0] if len(producer_id) == 1 else _varint(producer_id),
         _varint(sequence_id),
         count,
         None if highest is None else _varint(highest),
     )
+    return _as_named(SendFields, fields)

@@ -45,6 +45,7 @@ _metadata_from = pb.MessageMetadata.FromString
 _MAGIC_AND_U32 = struct.Struct(">HI")
 _U32_PAIR = struct.Struct(">II")
 _CRC32C_MAGIC_BYTES = MAGIC_CRC32C.to_bytes(2, "big")
+_as_named = tuple.__new__  # a Payload per SEND without its Python-level constructor
 
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
@@ -98,7 +99,7 @@ def decode_payload(data: bytes) -> Payload:
         sent, metadata_size = _U32_PAIR.unpack_from(data, 2)
         if metadata_size <= size - 10:
             entry = bytes(data[6:])
-            return Payload(entry, sent, _crc32c_lib.crc32c(entry) == sent)
+            return _as_named(Payload, (entry, sent, _crc32c_lib.crc32c(entry) == sent))
     offset = 0
     if size >= 2 and _U16.unpack_from(data, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
         if size < 6:
