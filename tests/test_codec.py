@@ -690,11 +690,12 @@ def test_encode_message_matches_protobuf(
 
 
 # A batch entry: ledger, entry, redelivery count, size (around the copy limit too), ack set.
+# A first delivery of a whole entry (count 0, no ack set) takes encode_messages' own path.
 _batch_entries = st.lists(
     st.tuples(
         st.sampled_from([0, 7, 1 << 40]),
-        uint64s,
-        uint32s,
+        st.one_of(uint64s, st.integers(0, 1 << 21)),
+        st.one_of(st.just(0), uint32s),
         st.sampled_from([0, 1, 100, COPY_LIMIT, COPY_LIMIT + 1, 3 * COPY_LIMIT]),
         st.one_of(st.none(), st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=3)),
     ),

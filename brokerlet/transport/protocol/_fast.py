@@ -37,6 +37,8 @@ __all__ = [
 
 _FRAME_HEADER = struct.Struct(">II")
 _CHECKSUM_HEADER = struct.Struct(">HI")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
 _ONE_BYTE_VARINTS = [bytes((value,)) for value in range(0x80)]
 _UINT32_LIMIT = 1 << 32
 _UINT64_LIMIT = 1 << 64
@@ -215,6 +217,47 @@ A separate buffer costs more than copying this much: the channel's bookkeeping p
 the kernel's per iovec come to a few µs, a memcpy of 8 KiB to about half of one."""
 
 
+_FirstDelivery = tuple[Callable[..., bytes], bytes, bytes, int]
+_first_deliveries: dict[tuple[int, int, int, int | None], _FirstDelivery] = {}
+
+
+def _first_delivery(
+    consumer_id: int, ledger_id: int, id_size: int, consumer_epoch: int | None
+) -> _FirstDelivery:
+    """How :func:`encode_messages` frames a whole entry delivered the first time (redelivery
+    count 0, no ack set) to one consumer, from one ledger, with an entry id varint of
+    ``id_size`` bytes: everything before the entry is then one ``pack`` of the frame's
+    total size, the constant bytes up to the entry id, the entry id, the constant bytes
+    after it, and the checksum. Returns ``(pack, before, after, size_without_entry)``;
+    memoised, as the prefixes are (a consumer's frames differ only in ids and sizes)."""
+    key = (consumer_id, ledger_id, id_size, consumer_epoch)
+    found = _first_deliveries.get(key)
+    if found is None:
+        if len(_first_deliveries) >= 4096:
+            _first_deliveries.clear()
+        consumer = _consumer_prefix(consumer_id)
+        ledger = _ledger_prefix(ledger_id)
+        epoch = b"" if consumer_epoch is None else b"\x28" + _uint(consumer_epoch)
+        message_id_size = len(ledger) + id_size
+        after = _REDELIVERY_ZERO + epoch + _U16.pack(MAGIC_CRC32C)
+        # At most 12 + 23 + 13 bytes: the body's length is one varint byte.
+        body_size = len(consumer) + 1 + message_id_size + len(_REDELIVERY_ZERO) + len(epoch)
+        command_size = len(_MESSAGE_PREFIX) + 1 + body_size
+        before = b"".join(
+            (
+                _U32.pack(command_size),
+                _MESSAGE_PREFIX,
+                _ONE_BYTE_VARINTS[body_size],
+                consumer,
+                _ONE_BYTE_VARINTS[message_id_size],
+                ledger,
+            )
+        )
+        layout = struct.Struct(f">I{len(before)}s{id_size}s{len(after)}sI")
+        found = _first_deliveries[key] = (layout.pack, before, after, command_size + 10)
+    return found
+
+
 def encode_messages(
     consumer_id: int,
     entries: Iterable[StoredEntry],
@@ -246,21 +289,34 @@ def encode_messages(
     pieces: list[bytes] = []
     ledger_id = -1
     ledger = b""
+    id_size = 0
+    first = None
     for entry, redelivery_count in zip(entries, redelivery_counts, strict=True):
         data = entry.data
         if entry.ledger_id != ledger_id:
             ledger_id = entry.ledger_id
             ledger = _ledger_prefix(ledger_id)
-        message_id = ledger + _uint(entry.entry_id)  # at most 22 bytes: one length byte
-        pieces += _message_head(
-            consumer,
-            _ONE_BYTE_VARINTS[len(message_id)] + message_id,
-            redelivery_count,
-            ack_sets.get(entry.entry_id, ()) if ack_sets else (),
-            epoch,
-            len(data),
-            entry.checksum,
-        )
+            id_size = 0
+        entry_id = _uint(entry.entry_id)
+        ack_set = ack_sets.get(entry.entry_id, ()) if ack_sets else ()
+        if redelivery_count or ack_set:
+            message_id = ledger + entry_id  # at most 22 bytes: one length byte
+            pieces += _message_head(
+                consumer,
+                _ONE_BYTE_VARINTS[len(message_id)] + message_id,
+                redelivery_count,
+                ack_set,
+                epoch,
+                len(data),
+                entry.checksum,
+            )
+        else:
+            # Nearly every delivery: one pack for everything before the entry.
+            if len(entry_id) != id_size or first is None:
+                id_size = len(entry_id)
+                first = _first_delivery(consumer_id, ledger_id, id_size, consumer_epoch)
+            pack, before, after, overhead = first
+            pieces.append(pack(overhead + len(data), before, entry_id, after, entry.checksum))
         if len(data) <= COPY_LIMIT:
             pieces.append(data)
         else:
