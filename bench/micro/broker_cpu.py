@@ -1,9 +1,19 @@
-"""The command line shared by the micro-benchmarks that count a broker's CPU per message."""
+"""The command line shared by the micro-benchmarks that count a broker's CPU per message.
+
+``--callgrind`` counts instead the instructions the broker runs per message under valgrind's
+callgrind (needs Debian's valgrind): the broker's ``cpu_seconds()`` then dumps the counts
+since its previous call, so the newest dump holds exactly the last measurement's window.
+CPU time per message moves by a third between runs on a shared VM; this count repeats to
+about a per cent, so it is the figure to compare two trees by (``--source``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +21,7 @@ from pathlib import Path
 from bench.profiling import print_top, top_entries
 from brokerlet.testing.process import BrokerletProcess, ChildBroker
 
-__all__ = ["run"]
+__all__ = ["instructions_per_message", "run"]
 
 Measure = Callable[[ChildBroker, int], float]
 """Runs ``messages`` through a broker; returns the broker's CPU µs per message."""
@@ -43,7 +53,20 @@ def run(prog: str, path: str, measure: Measure, setup: str) -> None:
         help="run the broker under cProfile (one file per storage, named after "
         "PATH) and print its top own-time lines",
     )
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="count the broker's instructions per message under valgrind instead",
+    )
     args = parser.parse_args()
+    if args.callgrind:
+        for storage in args.storage or ["memory", "disk"]:
+            count = instructions_per_message(["--storage", storage], args.source, measure)
+            print(
+                f"{path}, {storage:6}: {count:,.0f} instructions per message (callgrind; "
+                f"{_CALLGRIND_MESSAGES} {setup}; {time.strftime('%H:%M:%S')})"
+            )
+        return
     for storage in args.storage or ["memory", "disk"]:
         profile = None
         if args.profile is not None:
@@ -63,3 +86,40 @@ def run(prog: str, path: str, measure: Measure, setup: str) -> None:
         )
         if profile is not None:
             print_top(top_entries(profile, "tottime"), f"broker own time, {storage} ({profile})")
+
+
+_CALLGRIND_MESSAGES = 10_000
+
+
+class _CountedBroker(BrokerletProcess):
+    """A broker under callgrind whose ``cpu_seconds()`` dumps the instructions counted since
+    its previous call (and returns 0): a measurement's window is then the newest dump."""
+
+    def cpu_seconds(self) -> float:
+        subprocess.run(["callgrind_control", "-d", str(self.pid)], check=True, capture_output=True)
+        return 0.0
+
+
+def instructions_per_message(flags: list[str], source: Path | None, measure: Measure) -> float:
+    """Instructions per message of ``measure``'s window, on a broker under callgrind."""
+    with tempfile.TemporaryDirectory() as directory:
+        out = Path(directory) / "callgrind.out"
+        broker = _CountedBroker(flags, source=source)
+        broker.command = [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            *broker.command,
+        ]
+        with broker:
+            broker.start(timeout=300)
+            measure(broker, 2000)  # warm-up: imports, first topic
+            measure(broker, _CALLGRIND_MESSAGES)
+            broker.stop(timeout=300)
+        dumps = sorted(out.parent.glob(f"{out.name}.*"), key=lambda dump: int(dump.suffix[1:]))
+        if not dumps:
+            raise RuntimeError(f"callgrind wrote no dump in {directory}")
+        found = re.search(r"^summary: (\d+)", dumps[-1].read_text(), re.MULTILINE)
+        if found is None:
+            raise RuntimeError(f"no summary line in {dumps[-1]}")
+        return int(found.group(1)) / _CALLGRIND_MESSAGES
