@@ -19,7 +19,7 @@ import gevent.ssl
 import pytest
 
 from brokerlet.config import Settings
-from brokerlet.transport.channel import Channel
+from brokerlet.transport.channel import Channel, is_tls_socket
 from brokerlet.transport.tls import TlsHandshakeFailed, server_context, wrap_server_socket
 from tests.tlscerts import Pki
 
@@ -98,6 +98,17 @@ def test_watermarks_flips_and_completions_match_plain_tcp(tls_pair: tuple[Any, A
     assert done == list(range(0, len(chunks), 4)), "completions in write order"
     assert channel.pending_bytes == 0
     channel.close()
+
+
+def test_gevents_ssl_sockets_count_as_tls(tls_pair: tuple[Any, Any]) -> None:
+    # gevent's SSLSocket is not a subclass of the standard library's: a check for ssl.SSLSocket
+    # alone sent the server's TLS readers down the plain-socket readiness wait.
+    server, client = tls_pair
+    assert not isinstance(server, ssl.SSLSocket)
+    assert is_tls_socket(server)
+    assert is_tls_socket(client)
+    with gevent.socket.socket() as plain:
+        assert not is_tls_socket(plain)
 
 
 def test_a_timed_out_ssl_send_is_retried_not_fatal(tls_pair: tuple[Any, Any]) -> None:

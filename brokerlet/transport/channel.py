@@ -47,7 +47,14 @@ import gevent.event
 import gevent.socket
 import gevent.ssl
 
-__all__ = ["BytesLike", "Channel", "ChannelClosed", "ChannelStatistics", "WriteCallback"]
+__all__ = [
+    "BytesLike",
+    "Channel",
+    "ChannelClosed",
+    "ChannelStatistics",
+    "WriteCallback",
+    "is_tls_socket",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +142,13 @@ class _PendingWrite:
         return self.index == len(self.buffers)
 
 
+def is_tls_socket(sock: object) -> bool:
+    """Whether ``sock`` is a TLS socket: the standard library's or gevent's, which is not a
+    subclass of it. Such a socket has no ``sendmsg``, and OpenSSL may hold bytes of it that
+    the kernel no longer has."""
+    return isinstance(sock, ssl.SSLSocket | gevent.ssl.SSLSocket)
+
+
 def _byte_view(data: BytesLike) -> memoryview:
     view = memoryview(data)
     if view.ndim != 1 or view.itemsize != 1:
@@ -209,7 +223,7 @@ class Channel:
         self.name = name
         self._sock = sock
         # SSL sockets have no sendmsg: they take the joined-buffer path in _send.
-        self._vectored = not isinstance(sock, ssl.SSLSocket | gevent.ssl.SSLSocket)
+        self._vectored = not is_tls_socket(sock)
         self._max_send = MAX_SEND_BYTES if self._vectored else MAX_TLS_SEND_BYTES
         self._high = high_watermark
         self._low = low_watermark

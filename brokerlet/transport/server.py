@@ -36,7 +36,7 @@ from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import ConnectionHandle
 from brokerlet.schema import SchemaRegistry
 from brokerlet.security.service import Security
-from brokerlet.transport.channel import Channel
+from brokerlet.transport.channel import Channel, is_tls_socket
 from brokerlet.transport.protocol import PING_FRAME, FrameDecoder, ProtocolError, pb
 from brokerlet.transport.sockopts import configure_socket
 from brokerlet.transport.tls import TlsHandshakeFailed, peer_certificate, wrap_server_socket
@@ -268,7 +268,7 @@ class Server:
         # an OSError built per request, a tenth of a PING's broker instructions). gevent's
         # own watcher and wait, so a close from another greenlet cancels the wait as it
         # would cancel recv's. Not over TLS: OpenSSL may hold bytes the socket no longer has.
-        wait = None if isinstance(sock, ssl.SSLSocket) else sock._wait
+        wait = None if is_tls_socket(sock) else sock._wait
         drained = False
         while True:
             try:
