@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.callgrind import total_instructions, under_callgrind
 from bench.profiling import print_top, top_entries
 from brokerlet.testing.process import BrokerletProcess, ChildBroker
 
@@ -105,12 +105,7 @@ def instructions_per_message(flags: list[str], source: Path | None, measure: Mea
     with tempfile.TemporaryDirectory() as directory:
         out = Path(directory) / "callgrind.out"
         broker = _CountedBroker(flags, source=source)
-        broker.command = [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out}",
-            *broker.command,
-        ]
+        under_callgrind(broker, out)
         with broker:
             broker.start(timeout=300)
             measure(broker, 2000)  # warm-up: imports, first topic
@@ -119,7 +114,4 @@ def instructions_per_message(flags: list[str], source: Path | None, measure: Mea
         dumps = sorted(out.parent.glob(f"{out.name}.*"), key=lambda dump: int(dump.suffix[1:]))
         if not dumps:
             raise RuntimeError(f"callgrind wrote no dump in {directory}")
-        found = re.search(r"^summary: (\d+)", dumps[-1].read_text(), re.MULTILINE)
-        if found is None:
-            raise RuntimeError(f"no summary line in {dumps[-1]}")
-        return int(found.group(1)) / _CALLGRIND_MESSAGES
+        return total_instructions(dumps[-1]) / _CALLGRIND_MESSAGES

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import re
 import socket
 import tempfile
 import time
@@ -43,6 +42,7 @@ from pathlib import Path
 
 import psutil
 
+from bench.callgrind import total_instructions, under_callgrind
 from bench.rawsocket import RawConnection
 from brokerlet.testing.process import BrokerletProcess, ChildBroker
 from brokerlet.transport.protocol import build_entry, encode_ack, encode_flow, encode_send, pb
@@ -174,20 +174,12 @@ def instructions_per_request(
         for count in (fewer, requests):
             out = Path(directory) / f"callgrind-{count}.out"
             broker = BrokerletProcess(flags, source=source)
-            broker.command = [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={out}",
-                *broker.command,
-            ]
+            under_callgrind(broker, out)
             with broker:
                 broker.start(timeout=300)
                 measure_broker(broker.service_url, broker.pid, count, pause, subscriptions)
                 broker.stop(timeout=300)
-            found = re.search(r"^summary: (\d+)", out.read_text(), re.MULTILINE)
-            if found is None:
-                raise RuntimeError(f"no summary line in {out}")
-            totals.append(int(found.group(1)))
+            totals.append(total_instructions(out))
     return (totals[1] - totals[0]) / (requests - fewer)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import crc32c as _crc32c_lib
 
@@ -40,6 +40,8 @@ _CHECKSUM_HEADER = struct.Struct(">HI")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _ONE_BYTE_VARINTS = [bytes((value,)) for value in range(0x80)]
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 _UINT32_LIMIT = 1 << 32
 _UINT64_LIMIT = 1 << 64
 _UINT64_MASK = _UINT64_LIMIT - 1
@@ -86,11 +88,11 @@ def _message_id(ledger_id: int, entry_id: int) -> bytes:
     return _ONE_BYTE_VARINTS[len(body)] + body  # at most 22 bytes: a one-byte length
 
 
-def _cached(encode: Callable[[int], bytes]) -> Callable[[int], bytes]:
-    """Memoise a prefix that depends on one small, long-lived id (a ledger, a consumer)."""
-    cache: dict[int, bytes] = {}
+def _cached(encode: Callable[[_K], _V]) -> Callable[[_K], _V]:
+    """Memoise what depends on small, long-lived ids (a ledger, a consumer)."""
+    cache: dict[_K, _V] = {}
 
-    def lookup(key: int) -> bytes:
+    def lookup(key: _K) -> _V:
         found = cache.get(key)
         if found is None:
             if len(cache) >= 4096:
@@ -101,9 +103,15 @@ def _cached(encode: Callable[[int], bytes]) -> Callable[[int], bytes]:
     return lookup
 
 
-_ledger_prefix = _cached(lambda ledger_id: b"\x08" + _uint(ledger_id) + b"\x10")
-_consumer_prefix = _cached(lambda consumer_id: b"\x08" + _uint(consumer_id) + b"\x12")
-_producer_prefix = _cached(lambda producer_id: b"\x08" + _uint(producer_id) + b"\x10")
+_ledger_prefix: Callable[[int], bytes] = _cached(
+    lambda ledger_id: b"\x08" + _uint(ledger_id) + b"\x10"
+)
+_consumer_prefix: Callable[[int], bytes] = _cached(
+    lambda consumer_id: b"\x08" + _uint(consumer_id) + b"\x12"
+)
+_producer_prefix: Callable[[int], bytes] = _cached(
+    lambda producer_id: b"\x08" + _uint(producer_id) + b"\x10"
+)
 
 
 def _frame(command: bytes) -> bytes:
@@ -218,44 +226,39 @@ the kernel's per iovec come to a few µs, a memcpy of 8 KiB to about half of one
 
 
 _FirstDelivery = tuple[Callable[..., bytes], bytes, bytes, int]
-_first_deliveries: dict[tuple[int, int, int, int | None], _FirstDelivery] = {}
 
 
-def _first_delivery(
-    consumer_id: int, ledger_id: int, id_size: int, consumer_epoch: int | None
-) -> _FirstDelivery:
+def _first_delivery_layout(key: tuple[int, int, int, int | None]) -> _FirstDelivery:
     """How :func:`encode_messages` frames a whole entry delivered the first time (redelivery
-    count 0, no ack set) to one consumer, from one ledger, with an entry id varint of
-    ``id_size`` bytes: everything before the entry is then one ``pack`` of the frame's
+    count 0, no ack set), for ``key`` = (consumer id, ledger id, length of the entry id's
+    varint, consumer epoch): everything before the entry is then one ``pack`` of the frame's
     total size, the constant bytes up to the entry id, the entry id, the constant bytes
-    after it, and the checksum. Returns ``(pack, before, after, size_without_entry)``;
-    memoised, as the prefixes are (a consumer's frames differ only in ids and sizes)."""
-    key = (consumer_id, ledger_id, id_size, consumer_epoch)
-    found = _first_deliveries.get(key)
-    if found is None:
-        if len(_first_deliveries) >= 4096:
-            _first_deliveries.clear()
-        consumer = _consumer_prefix(consumer_id)
-        ledger = _ledger_prefix(ledger_id)
-        epoch = b"" if consumer_epoch is None else b"\x28" + _uint(consumer_epoch)
-        message_id_size = len(ledger) + id_size
-        after = _REDELIVERY_ZERO + epoch + _U16.pack(MAGIC_CRC32C)
-        # At most 12 + 23 + 13 bytes: the body's length is one varint byte.
-        body_size = len(consumer) + 1 + message_id_size + len(_REDELIVERY_ZERO) + len(epoch)
-        command_size = len(_MESSAGE_PREFIX) + 1 + body_size
-        before = b"".join(
-            (
-                _U32.pack(command_size),
-                _MESSAGE_PREFIX,
-                _ONE_BYTE_VARINTS[body_size],
-                consumer,
-                _ONE_BYTE_VARINTS[message_id_size],
-                ledger,
-            )
+    after it, and the checksum. Returns ``(pack, before, after, size_without_entry)``."""
+    consumer_id, ledger_id, id_size, consumer_epoch = key
+    consumer = _consumer_prefix(consumer_id)
+    ledger = _ledger_prefix(ledger_id)
+    epoch = b"" if consumer_epoch is None else b"\x28" + _uint(consumer_epoch)
+    message_id_size = len(ledger) + id_size
+    after = _REDELIVERY_ZERO + epoch + _U16.pack(MAGIC_CRC32C)
+    # At most 12 + 23 + 13 bytes: the body's length is one varint byte.
+    body_size = len(consumer) + 1 + message_id_size + len(_REDELIVERY_ZERO) + len(epoch)
+    command_size = len(_MESSAGE_PREFIX) + 1 + body_size
+    before = b"".join(
+        (
+            _U32.pack(command_size),
+            _MESSAGE_PREFIX,
+            _ONE_BYTE_VARINTS[body_size],
+            consumer,
+            _ONE_BYTE_VARINTS[message_id_size],
+            ledger,
         )
-        layout = struct.Struct(f">I{len(before)}s{id_size}s{len(after)}sI")
-        found = _first_deliveries[key] = (layout.pack, before, after, command_size + 10)
-    return found
+    )
+    layout = struct.Struct(f">I{len(before)}s{id_size}s{len(after)}sI")
+    return layout.pack, before, after, command_size + 10
+
+
+# A consumer's frames differ only in ids and sizes: memoised as the prefixes are.
+_first_delivery = _cached(_first_delivery_layout)
 
 
 def encode_messages(
@@ -314,7 +317,7 @@ def encode_messages(
             # Nearly every delivery: one pack for everything before the entry.
             if len(entry_id) != id_size or first is None:
                 id_size = len(entry_id)
-                first = _first_delivery(consumer_id, ledger_id, id_size, consumer_epoch)
+                first = _first_delivery((consumer_id, ledger_id, id_size, consumer_epoch))
             pack, before, after, overhead = first
             pieces.append(pack(overhead + len(data), before, entry_id, after, entry.checksum))
         if len(data) <= COPY_LIMIT:
