@@ -318,6 +318,24 @@ def test_set_exception_without_an_exception_is_refused() -> None:
     assert future.get() == 1
 
 
+def test_gevent_actor_sets_every_attribute_pykkas_init_sets() -> None:
+    # GeventActor.__init__ replaces pykka.Actor.__init__ rather than calling it; a Pykka
+    # upgrade that adds an attribute there must show up here, not as a missing attribute.
+    class Plain(pykka.ThreadingActor):
+        pass
+
+    class Ours(GeventActor):
+        pass
+
+    plain, ours = Plain(), Ours()
+    assert set(vars(plain)) <= set(vars(ours))
+    assert ours.actor_urn.startswith("urn:uuid:")
+    assert ours.actor_urn != Ours().actor_urn
+    assert ours.actor_ref.actor_stopped is ours.actor_stopped
+    assert ours.actor_ref.actor_inbox is ours.actor_inbox
+    assert isinstance(ours.actor_inbox, FairInbox)
+
+
 def test_actor_runs_in_a_named_greenlet_that_ends_on_stop() -> None:
     class Named(GeventActor):
         def on_receive(self, message: Any) -> Any:

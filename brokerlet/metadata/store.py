@@ -445,8 +445,8 @@ class MetadataStore:
             return existing
 
 
-def _text(document: object) -> str:
-    return json.dumps(document, separators=(",", ":"), sort_keys=True)
+# One encoder for every record: json.dumps with options builds a new JSONEncoder per call.
+_text = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
 
 
 def _document(text: str, kind: type[T]) -> T:
