@@ -891,24 +891,56 @@ class DirSyncOps(RecordingOps):
         super().sync_dir(path)
 
 
-def test_creating_a_topic_syncs_nothing_until_its_first_append(
+def test_a_new_topics_files_are_made_off_the_callers_path_before_its_first_append(
     open_storage: Callable[..., DiskStorage], tmp_path: Path
 ) -> None:
     ops = DirSyncOps()
     storage = open_storage(file_ops=ops)
     storage.open_topic("persistent://public/default/first")  # reserves a block of ledger ids
+    storage.flush()
     events = len(ops.events)
+    ops.sync_entered.clear()
+    ops.hold_sync = threading.Event()
+    # The writer thread stops at its first sync: open_topic returns all the same.
     ledger, _ = storage.open_topic(TOPIC)
-    assert ops.events[events:] == []  # no file work at all until the ledger needs its files
-    assert not (tmp_path / "data" / "topics" / str(ledger.ledger_id)).exists()
-    append(ledger, [b"the first entry"])
+    assert ops.sync_entered.wait(WAIT)
+    ops.hold_sync.set()
+    storage.flush()
     syncs = [event for event in ops.events[events:] if event[0] != "write"]
-    # The topic file, the topics directory (its new ledger directory), then the segment and
-    # the ledger directory, all before the entry is acknowledged.
+    # The topic file, the topics directory (its new ledger directory), then the first
+    # segment and the ledger directory (_segments.CreateLogJob).
     assert syncs[:2] == [("sync", "topic"), ("sync_dir", "topics")]
-    assert ("sync_dir", str(ledger.ledger_id)) in syncs
-    assert syncs[-1][0] == "sync"
-    assert syncs[-1][1].endswith(".seg")
+    assert syncs[2][0] == "sync"
+    assert syncs[2][1].endswith(".seg")
+    assert syncs[3:] == [("sync_dir", str(ledger.ledger_id))]
+    assert (tmp_path / "data" / "topics" / str(ledger.ledger_id) / "topic").read_text() == TOPIC
+    # The first append pays only its own write and sync.
+    events = len(ops.events)
+    append(ledger, [b"the first entry"])
+    assert [kind for kind, _ in ops.events[events:]] == ["write", "sync"]
+    assert ops.events[-1][1].endswith(".seg")
+    storage.close()
+    reopened, _ = open_storage().open_topic(TOPIC)
+    assert [entry.data for entry in read_all(reopened)] == [b"the first entry"]
+
+
+def test_a_new_topic_whose_files_could_not_be_made_fails_its_first_append(
+    open_storage: Callable[..., DiskStorage], tmp_path: Path
+) -> None:
+    # CreateLogJob's failure is left for the first append to meet and report.
+    ops = RecordingOps()
+    storage = open_storage(file_ops=ops)
+    storage.open_topic("persistent://public/default/first")
+    storage.flush()
+    ops.write_errno = errno.EIO
+    ledger, _ = storage.open_topic(TOPIC)
+    storage.flush()
+    failed = append_outcome(ledger, [b"lost"])
+    assert isinstance(failed, StorageError)
+    assert "Input/output error" in str(failed)
+    ops.write_errno = None
+    assert append(ledger, [b"kept"]) == 0
+    assert [entry.data for entry in read_all(ledger)] == [b"kept"]
 
 
 def test_ledger_ids_reserved_in_blocks_are_never_reused(

@@ -29,6 +29,7 @@ __all__ = [
     "AppendJob",
     "BarrierJob",
     "CloseLogJob",
+    "CreateLogJob",
     "DeleteFilesJob",
     "LogWriter",
     "ReplaceFileJob",
@@ -73,8 +74,9 @@ class SegmentLog:
         closed: no more appends.
         broken: a failed write that could not be undone; every later append fails with it.
         uncreated: for a new ledger whose directory does not exist yet, its topic's name:
-            this thread creates the directory before the ledger's first segment, cursors
-            file or close, so opening a new topic does no file work at all.
+            this thread creates the directory (`CreateLogJob`, or else before the ledger's
+            first segment, cursors file or close), so opening a new topic does no file work
+            on the hub.
         unsynced: the ledger's own creation (its ``topic`` file, then the directory that
             holds the ledger's directory) when not yet durable: synced by this thread before
             the first segment or cursors file that depends on it, never on the hub.
@@ -156,6 +158,22 @@ class ReplaceFileJob(Job):
 
     def finish(self) -> None:
         self.on_done(self)
+
+
+class CreateLogJob(Job):
+    """Make a new ledger's files ahead of its first append: the directory, the ``topic`` file
+    and the first segment, synced as the policy wants.
+
+    Submitted when a topic is created, so that the first append (usually a moment later: a
+    client subscribes, or sends its first message) finds them made and pays only its own
+    write and sync. A failure is logged and left for the first append to meet and report.
+    """
+
+    __slots__ = ("log",)
+
+    def __init__(self, log: SegmentLog) -> None:
+        super().__init__()
+        self.log = log
 
 
 class DeleteFilesJob(Job):
@@ -393,6 +411,20 @@ class LogWriter:
                     log.warning("cannot remove %s: %s", path, error)
         elif isinstance(job, CloseLogJob):
             self._close(job.log)
+        elif isinstance(job, CreateLogJob):
+            self._create(job.log)
+
+    def _create(self, segment_log: SegmentLog) -> None:
+        if segment_log.fd is not None or segment_log.closed or segment_log.broken is not None:
+            return
+        try:
+            self._roll(segment_log)
+        except OSError as error:
+            log.warning(
+                "ledger %d: creating its files failed (retried at its first append): %s",
+                segment_log.ledger_id,
+                error,
+            )
 
     def _ensure_created(self, segment_log: SegmentLog) -> None:
         """Create a new ledger's directory and ``topic`` file, unsynced, if not done yet."""

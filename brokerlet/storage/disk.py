@@ -85,6 +85,7 @@ from brokerlet.storage._segments import (
     AppendJob,
     BarrierJob,
     CloseLogJob,
+    CreateLogJob,
     DeleteFilesJob,
     LogWriter,
     SegmentLog,
@@ -649,6 +650,8 @@ class DiskStorage:
             on_closed=on_closed,
         )
         self._open[name] = ledger
+        if new:
+            self._writer.submit(CreateLogJob(recovered.log))
         return ledger
 
     def _load_topic(self, name: str) -> tuple[int, str, RecoveredLedger, dict[str, CursorState]]:
@@ -661,11 +664,11 @@ class DiskStorage:
     def _create_topic(self, name: str) -> tuple[int, str, RecoveredLedger, dict[str, CursorState]]:
         """On the hub: a new topic's empty ledger; its files are made by the writer thread.
 
-        Nothing is written or synced here, and no thread is woken: the writer creates the
-        directory with the ledger's first segment, cursors file or close
-        (`SegmentLog.uncreated`), and syncs it before anything that depends on it
-        (`SegmentLog.unsynced`). A crash before then leaves no directory, or one without a
-        complete ``topic`` file, and no entry.
+        Nothing is written or synced here: `_open_now` then hands the writer a
+        `CreateLogJob`, which creates the directory with the ledger's first segment and
+        syncs them (`SegmentLog.uncreated`, `SegmentLog.unsynced`) before any append, cursors
+        file or close that depends on them. A crash before then leaves no directory, or one
+        without a complete ``topic`` file, and no entry.
         """
         while self._next_ledger_id >= self._reserved_ledger_ids:
             # The counter is durable before an id is used, so no id is ever handed out twice;
