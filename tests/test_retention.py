@@ -13,9 +13,12 @@ from typing import Any
 import pulsar
 import pytest
 import requests
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from brokerlet import Broker
 from brokerlet.storage import MemoryLedger, NewEntry
+from brokerlet.storage.marks import MarkDeletes
 from brokerlet.storage.retention import (
     RetentionPolicy,
     RetentionService,
@@ -255,3 +258,46 @@ def test_size_retention_keeps_about_the_limit(make_broker: Callable[..., Broker]
         assert stats(broker, topic)["storageSize"] >= MIB - 64 * 1024 - 8192
     finally:
         client.close()
+
+
+# --- the slowest mark that holds data (storage.marks) ------------------------------------
+
+_mark_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["set", "pop", "release", "slowest"]),
+        st.sampled_from(["a", "b", "c", "d", "e"]),
+        st.integers(-1, 6),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_mark_ops)
+def test_the_slowest_holding_mark_is_the_minimum_of_the_durable_marks(
+    ops: list[tuple[str, str, int]],
+) -> None:
+    # The topic's retention point: min over durable subscriptions, readers excluded. Marks
+    # move both ways (a reset cursor moves back) and many stand at the same entry.
+    marks = MarkDeletes()
+    model: dict[str, int] = {}
+    released: set[str] = set()
+    for op, name, mark in ops:
+        if op == "set":
+            marks[name] = mark
+            model[name] = mark
+        elif op == "pop":
+            assert marks.pop(name, None) == model.pop(name, None)
+            released.discard(name)
+        elif op == "release":
+            marks.release(name)
+            released.add(name)
+        if op == "slowest":  # asked only now and then: moves in between are kept, not walked
+            holding = [m for n, m in model.items() if n not in released]
+            assert marks.slowest() == (min(holding) if holding else None)
+    holding = [m for n, m in model.items() if n not in released]
+    assert marks.slowest() == (min(holding) if holding else None)
+    assert all(marks.get(n, None) == m for n, m in model.items())
+    assert len(marks) == len(model)
+    # The one-holder shortcut in __setitem__ is only right while this count is exact.
+    assert marks._holding == len(holding)

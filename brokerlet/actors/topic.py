@@ -76,6 +76,7 @@ from brokerlet.storage.backlog_quota import QuotaState, refusal, size_exceeded_n
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.ledger import Entry, Ledger
+from brokerlet.storage.marks import MarkDeletes
 from brokerlet.storage.retention import RetentionService
 from brokerlet.storage.time_search import PublishTimeSearch
 from brokerlet.topicops.topic_side import TopicOps
@@ -124,8 +125,7 @@ class TopicActor(GeventActor):
             name, ledger, settings, cursors, deduplication, receipt=Receipt
         )
         self.subscriptions: dict[str, pykka.ActorRef[DispatcherActor]] = {}
-        self.mark_deletes: dict[str, int] = {}
-        self.non_durable: set[str] = set()  # readers: they hold no data back (as on Pulsar)
+        self.mark_deletes = MarkDeletes()  # readers' marks are released: no data held back
         self.retention = retention
         self.quota = QuotaState()  # the backlog-quota check's last finding
         self.read_compacted: set[str] = set()  # subscriptions reading the compacted view
@@ -412,7 +412,7 @@ class TopicActor(GeventActor):
         self.subscriptions[message.subscription] = dispatcher
         self.mark_deletes[message.subscription] = cursor.mark_delete
         if not message.durable:
-            self.non_durable.add(message.subscription)
+            self.mark_deletes.release(message.subscription)
         if message.read_compacted:
             self.read_compacted.add(message.subscription)
         self._trim()
@@ -437,7 +437,6 @@ class TopicActor(GeventActor):
         if dispatcher is not None and dispatcher is message.dispatcher:
             del self.subscriptions[message.subscription]
             self.mark_deletes.pop(message.subscription, None)
-            self.non_durable.discard(message.subscription)
             self.read_compacted.discard(message.subscription)
             self.waiting.pop(message.subscription, None)
             self.standing.pop(message.subscription, None)
@@ -457,7 +456,6 @@ class TopicActor(GeventActor):
             self.saved[message.subscription] = message.cursor
         else:
             self.mark_deletes.pop(message.subscription, None)
-            self.non_durable.discard(message.subscription)
             self._trim()
 
     def _mark_delete_moved(self, message: MarkDeleteMoved) -> None:
@@ -465,14 +463,10 @@ class TopicActor(GeventActor):
             self.mark_deletes[message.subscription] = message.mark_delete
             self._trim()
 
-    def _slowest_durable(self) -> int | None:
-        marks = [m for n, m in self.mark_deletes.items() if n not in self.non_durable]
-        return min(marks) if marks else None
-
     def _trim(self) -> None:
         # Retention (storage/retention.py) decides which whole segments go, on the storage
         # side; the topic only tells it how far every durable subscription has consumed.
-        consumed = self._slowest_durable()
+        consumed = self.mark_deletes.slowest()
         if consumed != self.ledger.consumed_up_to:
             self.ledger.consumed_up_to = consumed
             if self.retention is not None:
@@ -680,7 +674,7 @@ class TopicActor(GeventActor):
     # Observability.
 
     def _backlog_bytes(self) -> int:
-        slowest = self._slowest_durable()
+        slowest = self.mark_deletes.slowest()
         bytes_from = getattr(self.ledger, "bytes_from", None)
         if slowest is None or bytes_from is None:
             return 0
