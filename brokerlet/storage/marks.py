@@ -66,16 +66,11 @@ class MarkDeletes:
     def pop(self, name: str, default: D) -> int | D:
         """Forget ``name`` (and its release)."""
         mark = self._marks.pop(name, None)
-        if mark is None:
-            self._released.discard(name)
-            return default
         if name in self._released:
             self._released.discard(name)
-            return mark
-        self._holding -= 1
-        if self._known:
-            self._leave(mark)
-        return mark
+        elif mark is not None:
+            self._stop_holding(mark)
+        return default if mark is None else mark
 
     def release(self, name: str) -> None:
         """``name``'s mark no longer holds data back (a reader, a non-durable subscription)."""
@@ -84,9 +79,7 @@ class MarkDeletes:
         self._released.add(name)
         mark = self._marks.get(name)
         if mark is not None:
-            self._holding -= 1
-            if self._known:
-                self._leave(mark)
+            self._stop_holding(mark)
 
     def slowest(self) -> int | None:
         """The lowest mark that holds data, or None if none does."""
@@ -98,6 +91,11 @@ class MarkDeletes:
             self._at_slowest = 0 if slowest is None else holding.count(slowest)
             self._known = True
         return self._slowest
+
+    def _stop_holding(self, mark: int) -> None:
+        self._holding -= 1
+        if self._known:
+            self._leave(mark)
 
     def _leave(self, mark: int) -> bool:
         """Take ``mark`` out of the count; False when the slowest is no longer known."""
