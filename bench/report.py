@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "Row",
+    "StealMeter",
     "Summary",
     "format_bytes",
     "format_rate",
@@ -141,6 +142,39 @@ def system_info(
         "clients": clients,
         "nofile_limit": [soft, hard],
     }
+
+
+class StealMeter:
+    """The share of the machine's CPU time the hypervisor took (``steal`` in /proc/stat)
+    between `start` and `share`: on a VM, time a running thread is charged for but did not
+    get. None where the kernel does not report it."""
+
+    def __init__(self) -> None:
+        self._begin: tuple[int, int] | None = None
+
+    def start(self) -> None:
+        self._begin = _cpu_ticks()
+
+    def share(self) -> float | None:
+        end = _cpu_ticks()
+        if self._begin is None or end is None:
+            return None
+        steal, total = (after - before for after, before in zip(end, self._begin, strict=True))
+        return steal / total if total > 0 else None
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(steal, all) ticks of the machine since boot, from /proc/stat's ``cpu`` line."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal [guest guest_nice, counted in user]
+    ticks = [int(value) for value in fields[1:9]]
+    return ticks[7], sum(ticks)
 
 
 def print_header(info: dict[str, Any]) -> None:

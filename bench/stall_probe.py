@@ -16,7 +16,10 @@ by the hub thread's CPU time in them: on a saturated machine a run's wall time a
 the time the OS ran other processes, or another thread held the GIL. For the gaps in which
 the hub's thread was busiest it keeps what ran, as runs and CPU per kind of greenlet: one
 run of each busy greenlet in a gap is fair, two mean a turn went ahead of the ticker's due
-timer. Tracing costs about a microsecond per switch, which the figures include.
+timer. It also counts the runs (all but the ticker's) and how many of them ran longer than
+2 ms: a slice that is too long shows in every busy run, a preemption the machine charged to
+one run as CPU time shows once. Tracing costs about a microsecond per switch, which the
+figures include.
 
 It prints ``stall probe ready on pulsar://HOST:PORT`` once the broker is up, then obeys one
 command per line on stdin:
@@ -29,6 +32,7 @@ command per line on stdin:
 from __future__ import annotations
 
 import argparse
+import bisect
 import gc
 import heapq
 import json
@@ -44,11 +48,20 @@ import greenlet
 from brokerlet import Broker
 from brokerlet.cli import settle_heap
 
-__all__ = ["READY_PREFIX", "TICK_S", "Meter", "greenlet_kind", "main"]
+__all__ = [
+    "READY_PREFIX",
+    "RUN_LIMIT_MS",
+    "TICK_S",
+    "Meter",
+    "charge_floor",
+    "greenlet_kind",
+    "main",
+]
 
 READY_PREFIX = "stall probe ready on "
 TICK_S = 0.001
 STALL_LIMIT_MS = 5.0  # the target: no stall longer than this
+RUN_LIMIT_MS = 2.0  # the target: no run of one greenlet longer than this, CPU
 BUSIEST_KEPT = 3  # gaps whose make-up the report gives
 TICKER_NAME = "stall-ticker"
 
@@ -79,6 +92,9 @@ class Meter:
         # The same over runs no garbage collection began in, and how many runs held one.
         self.longest_runs_without_gc: dict[str, tuple[float, float]] = {}
         self.runs_with_gc = 0
+        # Every run's CPU time except the ticker's: how often a run is long tells a rule
+        # (every slice runs long) from the machine (a rare run charged for a preemption).
+        self.run_cpu = array("d")
         self._collections = 0
         self._collections_at_switch = 0
         self._switched_at = time.perf_counter()
@@ -98,6 +114,8 @@ class Meter:
         self._switched_at, self._switched_cpu = now, cpu
         name = greenlet_kind(args[0])
         self._runs_in_gap.append((name, ran_cpu))
+        if name != TICKER_NAME:
+            self.run_cpu.append(ran_cpu)
         if ran_cpu > self.longest_runs.get(name, (0.0, 0.0))[1]:
             self.longest_runs[name] = (ran, ran_cpu)
         if self._collections != self._collections_at_switch:
@@ -143,6 +161,7 @@ class Meter:
         self.longest_runs = {}
         self.longest_runs_without_gc = {}
         self.runs_with_gc = 0
+        self.run_cpu = array("d")
         self.busiest_gaps = []
 
     def report(self) -> dict[str, Any]:
@@ -169,6 +188,9 @@ class Meter:
             gap - collecting for gap, collecting in zip(gaps, collections, strict=False)
         )
         pause, generation = max(self.gc_pauses, default=(0.0, -1))
+        run_cpu = sorted(self.run_cpu)
+        long_runs = len(run_cpu) - bisect.bisect_right(run_cpu, RUN_LIMIT_MS / 1000)
+        run_p999 = run_cpu[min(len(run_cpu) - 1, int(0.999 * len(run_cpu)))] if run_cpu else 0.0
         runs = sorted(self.longest_runs.items(), key=lambda item: item[1][1], reverse=True)
         clean = max(
             self.longest_runs_without_gc.items(), key=lambda item: item[1][1], default=("", (0, 0))
@@ -194,6 +216,9 @@ class Meter:
             "max_run_without_gc_cpu_ms": clean[1][1] * 1000,
             "max_run_without_gc_kind": clean[0],
             "runs_with_gc": self.runs_with_gc,
+            "runs": len(run_cpu),
+            "runs_over_limit": long_runs,
+            "p999_run_cpu_ms": run_p999 * 1000,
             # The ticker's work per run takes microseconds: its longest run is what this
             # machine charges a run beyond its work (preemption, the hypervisor's steal).
             "ticker_run_cpu_ms": self.longest_runs.get(TICKER_NAME, (0.0, 0.0))[1] * 1000,
@@ -225,6 +250,30 @@ def greenlet_kind(glet: Any) -> str:
     return name.split(" ", 1)[0].rstrip("-0123456789") or name
 
 
+def charge_floor(seconds: float = 0.5, chunk: int = 20_000) -> dict[str, float]:
+    """What this machine charges a fixed piece of work in CPU time: ``sum(range(chunk))``
+    (about 0.3 ms here) timed over and over for ``seconds``, before any load.
+
+    On a VM a run is sometimes charged several times its work with nothing else running
+    (interrupts, the host): the longest of these is the floor under a longest-run figure
+    that the broker's own code cannot go below.
+    """
+    costs = array("d")
+    thread_clock = time.thread_time
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        began = thread_clock()
+        sum(range(chunk))
+        costs.append(thread_clock() - began)
+    ordered = sorted(costs)
+    return {
+        "floor_chunks": len(ordered),
+        "floor_median_ms": ordered[len(ordered) // 2] * 1000,
+        "floor_max_ms": ordered[-1] * 1000,
+        "floor_over_limit": len(ordered) - bisect.bisect_right(ordered, RUN_LIMIT_MS / 1000),
+    }
+
+
 def _start_ticker(meter: Meter) -> None:
     ticker = gevent.Greenlet(meter.ticker)
     ticker.name = TICKER_NAME
@@ -244,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--sync-policy", choices=("every_batch", "interval", "never"), default="every_batch"
     )
     args = parser.parse_args(argv)
+    floor = charge_floor()
 
     # The memory back-end ignores the data directory and the sync policy.
     broker = Broker(
@@ -265,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if command == "reset":
                 meter.reset()
             elif command == "report":
-                print(json.dumps(meter.report()), flush=True)
+                print(json.dumps(meter.report() | floor), flush=True)
     finally:
         meter.running = False
         broker.stop()
