@@ -440,6 +440,7 @@ class Broker:
             broker=self._broker_actor,
             event_loops=self._event_loops,
             advertised_url=lambda: self.service_url,
+            metadata=self.metadata,
             security=self.security,
             schemas=self.schemas,
         )
@@ -450,6 +451,7 @@ class Broker:
                 broker=self._broker_actor,
                 event_loops=self._event_loops,
                 advertised_url=lambda: self.service_url,
+                metadata=self.metadata,
                 tls_context=self._tls_context,
                 advertised_url_tls=lambda: self.service_url_tls or "",
                 security=self.security,

@@ -41,6 +41,7 @@ from brokerlet.dispatch.replay import ReplaySet
 from brokerlet.dispatch.shared import SharedStrategy
 from brokerlet.dispatch.single_active import SingleActiveStrategy
 from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, SHARED
+from brokerlet.metadata import MetadataStore
 from brokerlet.storage import MemoryLedger
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.ledger import Entry
@@ -234,6 +235,7 @@ def test_every_actor_refuses_a_message_it_has_no_handler_for(harness: Harness) -
             settings=settings,
             advertised_url="pulsar://127.0.0.1:6650",
             close_socket=lambda _reason: None,
+            metadata=MetadataStore(None),
         ),
     ]
     try:
@@ -303,6 +305,7 @@ def test_a_broker_initiated_close_follows_the_consumers_queued_messages() -> Non
         settings=settings,
         advertised_url="pulsar://127.0.0.1:6650",
         close_socket=lambda _reason: None,
+        metadata=MetadataStore(None),
     )
     consumer = Consumer(1, "c", "t", "s", SHARED, 0, handle)
     try:

@@ -17,12 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import gevent
+import gevent.event
 import gevent.socket
 import pulsar
 import pytest
 import requests
 
 from brokerlet import Broker, Client
+from brokerlet.actors.broker import BrokerActor
 from brokerlet.metadata import TopicName
 from brokerlet.metadata.topics import exists
 from brokerlet.testing.process import BrokerletProcess
@@ -235,6 +237,60 @@ def test_partitioned_metadata_and_lookup_refusals_on_the_wire(broker: Broker) ->
     assert (lookup.response, lookup.error) == (lookup.Failed, pb.MetadataError)
     assert (listener.response, listener.error) == (listener.Failed, pb.ServiceNotReady)
     assert listener.message == "the broker do not have nope listener"
+
+
+
+class _Hold:
+    """Keeps the broker actor busy until the test lets it go."""
+
+
+def test_lookups_are_answered_while_the_broker_actor_is_busy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # PARTITIONED_METADATA and LOOKUP read the metadata store on the connection: a slow
+    # topic operation (a creation on a slow disk, a forced delete) does not hold them up.
+    # Only the broker actor changes which topics exist, so a lookup that auto-creates a
+    # partitioned topic still goes through it.
+    holding: list[gevent.event.Event] = []
+    handle = BrokerActor.on_receive
+
+    def on_receive(actor: BrokerActor, message: object) -> object:
+        if isinstance(message, _Hold):
+            released = gevent.event.Event()
+            holding.append(released)
+            released.wait(30)
+            return None
+        return handle(actor, message)
+
+    monkeypatch.setattr(BrokerActor, "on_receive", on_receive)
+    with Broker(port=0) as broker, RawClient(broker.address) as raw:
+        raw.handshake()
+        broker._call(lambda ref: ref.tell(_Hold()))
+        wait_until(lambda: holding, message="the broker actor never took the hold", timeout=10)
+        try:
+            raw.send_command(
+                T(
+                    type=T.PARTITIONED_METADATA,
+                    partitioned_metadata=pb.CommandPartitionedTopicMetadata(
+                        topic="persistent://public/default/busy", request_id=1
+                    ),
+                )
+            )
+            metadata = raw.expect(T.PARTITIONED_METADATA_RESPONSE, timeout=10)
+            raw.send_command(
+                T(
+                    type=T.LOOKUP,
+                    lookup=pb.CommandLookupTopic(
+                        topic="persistent://public/default/busy", request_id=2
+                    ),
+                )
+            )
+            lookup = raw.expect(T.LOOKUP_RESPONSE, timeout=10)
+        finally:
+            broker._hub.loop.run_callback_threadsafe(holding[0].set)
+    response = metadata.partitioned_metadata_response
+    assert (response.response, response.partitions) == (response.Success, 0)
+    assert lookup.lookup_response.response == lookup.lookup_response.Connect
 
 
 # Restart.

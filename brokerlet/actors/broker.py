@@ -18,7 +18,7 @@ import pykka
 
 from brokerlet.actors import stats_reader
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.errors import BrokerError
+from brokerlet.actors.errors import BrokerError, parsed_topic
 from brokerlet.actors.messages import (
     BacklogQuotaReport,
     CloseClients,
@@ -31,7 +31,6 @@ from brokerlet.actors.messages import (
     GetTopic,
     IsIdle,
     ListTopics,
-    LookupCheck,
     MaybeCompact,
     OpenTopic,
     PartitionedMetadata,
@@ -65,7 +64,6 @@ __all__ = [
     "CreateTopic",
     "DeleteTopic",
     "GetTopic",
-    "LookupCheck",
     "PartitionedMetadata",
     "TopicBusy",
     "TopicsOfNamespace",
@@ -193,12 +191,7 @@ class BrokerActor(GeventActor):
         if isinstance(message, CloseIdleTopics):
             return self._close_idle_topics()
         if isinstance(message, PartitionedMetadata):
-            return self._refusing(rules.partitioned_metadata, _parse(message.name))
-        if isinstance(message, LookupCheck):
-            refusal = rules.lookup_refusal(self.metadata, _parse(message.name))
-            if refusal is not None:
-                raise BrokerError(pb.ServerError.Value(refusal.code), refusal.message)
-            return None
+            return self._refusing(rules.partitioned_metadata, parsed_topic(message.name))
         if isinstance(message, TopicsOfNamespace):
             return rules.topic_names(self.metadata, message.namespace, message.mode)
         if isinstance(message, CreateTopic):
@@ -223,14 +216,14 @@ class BrokerActor(GeventActor):
         try:
             return rule(self.metadata, self.settings, name)
         except rules.Refused as refused:
-            raise BrokerError(pb.ServerError.Value(refused.code), refused.message) from None
+            raise BrokerError.refused(refused) from None
 
     def _topic(
         self, name: str, *, recovering: bool = False, create: bool = True
     ) -> pykka.ActorRef[TopicActor]:
         topic = self.topics.get(name)
         if topic is None:
-            parsed = _parse(name)
+            parsed = parsed_topic(name)
             if recovering:
                 self._adopt(parsed)
             elif not create and not rules.exists(self.metadata, parsed):
@@ -266,7 +259,7 @@ class BrokerActor(GeventActor):
             self.topics[name] = topic
             log.info("opened topic %s (ledger %d)", name, ledger.ledger_id)
         else:
-            tell_quietly(topic, DeduplicationPolicy(self._deduplication(_parse(name))))
+            tell_quietly(topic, DeduplicationPolicy(self._deduplication(parsed_topic(name))))
         return topic
 
     def _deduplication(self, name: TopicName) -> bool | None:
@@ -320,7 +313,7 @@ class BrokerActor(GeventActor):
     # Admin operations.
 
     def _create(self, message: CreateTopic) -> None:
-        name = _parse(message.name)
+        name = parsed_topic(message.name)
         store = self.metadata
         if name.namespace not in store.namespaces:
             raise NotFound("Namespace does not exist")
@@ -339,7 +332,8 @@ class BrokerActor(GeventActor):
             )
         self.metadata.update_partitions(message.name, message.partitions)
         if stored is not None:
-            self._copy_subscriptions(_parse(message.name), stored.partitions, message.partitions)
+            name = parsed_topic(message.name)
+            self._copy_subscriptions(name, stored.partitions, message.partitions)
 
     def _copy_subscriptions(self, name: TopicName, old: int, new: int) -> None:
         """New partitions get partition 0's durable subscriptions, at their start, as
@@ -362,7 +356,7 @@ class BrokerActor(GeventActor):
                 topic.ask(Subscribe(sub, kind, True, pb.CommandSubscribe.Earliest))
 
     def _delete(self, message: DeleteTopic) -> None:
-        name = _parse(message.name)
+        name = parsed_topic(message.name)
         store = self.metadata
         stored = store.topics.get(name.full)
         if message.partitioned:
@@ -403,13 +397,6 @@ class BrokerActor(GeventActor):
             except Exception:  # the topic is gone either way; say what was left behind
                 log.exception("topic %s deleted, but the hook for its deletion failed", name)
         log.info("deleted topic %s%s", name, " (forced)" if message.force else "")
-
-
-def _parse(name: str) -> TopicName:
-    try:
-        return TopicName.parse(name)
-    except ValueError as error:
-        raise BrokerError(pb.InvalidTopicName, str(error)) from None
 
 
 def _expirer(topic: pykka.ActorRef[TopicActor]) -> Callable[[int], None]:

@@ -74,7 +74,6 @@ __all__ = [
     "LastMessageId",
     "ListSubscriptions",
     "ListTopics",
-    "LookupCheck",
     "MarkDeleteMoved",
     "MaybeCompact",
     "OpenTopic",
@@ -143,14 +142,6 @@ class GetTopic:
 class PartitionedMetadata:
     """Asked: the topic's partition count (0: non-partitioned); a partitioned topic may be
     auto-created. Raises BrokerError when refused."""
-
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class LookupCheck:
-    """Asked: returns when a binary LOOKUP of ``name`` may be answered, raises BrokerError
-    when not."""
 
     name: str
 

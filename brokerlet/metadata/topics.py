@@ -35,6 +35,7 @@ __all__ = [
     "admit",
     "exists",
     "filter_by_pattern",
+    "known_partitioned_metadata",
     "lookup_refusal",
     "partitioned_metadata",
     "partitions_of",
@@ -83,6 +84,17 @@ def exists(store: MetadataStore, name: TopicName) -> bool:
 
 def partitioned_metadata(store: MetadataStore, settings: Any, name: TopicName) -> int:
     """PARTITIONED_METADATA's answer; creates a partitioned topic when auto-creation says so."""
+    known = known_partitioned_metadata(store, settings, name)
+    if known is not None:
+        return known
+    rule = auto_creation(store.namespaces.get(name.namespace), settings)
+    created = store.create_topic(name.full, name.namespace, rule.partitions, exist_ok=True)
+    return created.partitions
+
+
+def known_partitioned_metadata(store: MetadataStore, settings: Any, name: TopicName) -> int | None:
+    """:func:`partitioned_metadata` when answering it changes nothing; None when the answer
+    is to create a partitioned topic, which only the topic registry may do."""
     if not _namespace_exists(store, name):
         raise Refused("TopicNotFound", f"Namespace {name.namespace} does not exist")
     partitions = partitions_of(store, name)
@@ -90,8 +102,7 @@ def partitioned_metadata(store: MetadataStore, settings: Any, name: TopicName) -
         return partitions
     rule = auto_creation(store.namespaces.get(name.namespace), settings)
     if rule.allow and rule.partitioned and name.partition_index < 0:
-        created = store.create_topic(name.full, name.namespace, rule.partitions, exist_ok=True)
-        return created.partitions
+        return None
     return 0  # not there (yet): a non-partitioned topic, created or refused on use
 
 

@@ -34,6 +34,7 @@ from brokerlet.actors.eventloop import EventLoopActor
 from brokerlet.actors.messages import ConnectionLost, Received, WritabilityChanged
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import ConnectionHandle
+from brokerlet.metadata import MetadataStore
 from brokerlet.schema import SchemaRegistry
 from brokerlet.security.service import Security
 from brokerlet.transport.channel import Channel, is_tls_socket
@@ -71,6 +72,7 @@ class Server:
         broker: pykka.ActorRef[BrokerActor],
         event_loops: list[pykka.ActorRef[EventLoopActor]],
         advertised_url: Callable[[], str],
+        metadata: MetadataStore,
         tls_context: ssl.SSLContext | None = None,
         advertised_url_tls: Callable[[], str] | None = None,
         security: Security | None = None,
@@ -79,6 +81,7 @@ class Server:
     ) -> None:
         self.settings = settings
         self.schemas = schemas
+        self.metadata = metadata
         self.broker = broker
         self.event_loops = event_loops
         self._advertised_url = advertised_url
@@ -210,6 +213,7 @@ class Server:
             security=self._security,
             peer_cert=peer_cert,
             schemas=self.schemas,
+            metadata=self.metadata,
         )
         handle.actor = actor
         self._connections.add(sock)
