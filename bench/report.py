@@ -146,8 +146,8 @@ def system_info(
 
 class StealMeter:
     """The share of the machine's CPU time the hypervisor took (``steal`` in /proc/stat)
-    between `start` and `share`: on a VM, time a running thread is charged for but did not
-    get. None where the kernel does not report it."""
+    between `start` and `share`: on a VM, time its CPUs had work but the host ran something
+    else, which wall-clock gaps include. None where the kernel does not report it."""
 
     def __init__(self) -> None:
         self._begin: tuple[int, int] | None = None

@@ -17,9 +17,10 @@ the time the OS ran other processes, or another thread held the GIL. For the gap
 the hub's thread was busiest it keeps what ran, as runs and CPU per kind of greenlet: one
 run of each busy greenlet in a gap is fair, two mean a turn went ahead of the ticker's due
 timer. It also counts the runs (all but the ticker's) and how many of them ran longer than
-2 ms: a slice that is too long shows in every busy run, a preemption the machine charged to
-one run as CPU time shows once. Tracing costs about a microsecond per switch, which the
-figures include.
+2 ms: a slice that is too long shows in every busy run, a pause the machine charges to one run
+as CPU time (interrupts, the host) shows once; and before the broker starts it times a fixed
+piece of work (`charge_floor`), the floor under any run's CPU time. Tracing costs about a
+microsecond per switch, which the figures include.
 
 It prints ``stall probe ready on pulsar://HOST:PORT`` once the broker is up, then obeys one
 command per line on stdin:
@@ -93,7 +94,7 @@ class Meter:
         self.longest_runs_without_gc: dict[str, tuple[float, float]] = {}
         self.runs_with_gc = 0
         # Every run's CPU time except the ticker's: how often a run is long tells a rule
-        # (every slice runs long) from the machine (a rare run charged for a preemption).
+        # (every slice runs long) from the machine (a rare run charged for its pauses).
         self.run_cpu = array("d")
         self._collections = 0
         self._collections_at_switch = 0
@@ -220,7 +221,7 @@ class Meter:
             "runs_over_limit": long_runs,
             "p999_run_cpu_ms": run_p999 * 1000,
             # The ticker's work per run takes microseconds: its longest run is what this
-            # machine charges a run beyond its work (preemption, the hypervisor's steal).
+            # machine charges a run beyond its work (interrupts, the host's pauses).
             "ticker_run_cpu_ms": self.longest_runs.get(TICKER_NAME, (0.0, 0.0))[1] * 1000,
             "longest_runs_ms": {name: (ran * 1000, cpu * 1000) for name, (ran, cpu) in runs[:6]},
             "busiest_gaps": [

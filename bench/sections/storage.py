@@ -338,8 +338,8 @@ def _stall_rows(stalls: dict[str, dict[str, Any]]) -> list[Row]:
 
 def _run_spread(figures: dict[str, Any]) -> str:
     """How many runs were long, and what the machine charges a fixed piece of work: a
-    slice that is too long shows in many runs, a run charged for the machine's own pauses
-    once, and no more than the floor allows."""
+    slice that runs too long shows in many runs, the machine's own pauses (charged to
+    whichever run they fall in) in a few."""
     return (
         f"{figures.get('runs_over_limit', 0):,} of {figures.get('runs', 0):,} runs over "
         f"{RUN_TARGET_MS:.0f} ms, p99.9 {figures.get('p999_run_cpu_ms', 0.0):.2f} ms; "
