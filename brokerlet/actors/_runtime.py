@@ -64,6 +64,7 @@ failure_log = logging.getLogger("brokerlet.actors.supervision")
 pykka_log = logging.getLogger("pykka")
 
 T = TypeVar("T")
+_UNSET = pykka._future._Unset()  # pykka.Future's "no get-hook result yet"
 
 
 class _Outcome(NamedTuple, Generic[T]):
@@ -82,7 +83,9 @@ class GeventFuture(pykka.Future[T]):
     """
 
     def __init__(self) -> None:
-        super().__init__()
+        # What pykka.Future.__init__ sets, without its call chain: a future per ask.
+        self._get_hook = None
+        self._get_hook_result = _UNSET
         # Holds an `_Outcome` once resolved; never anything else.
         self._outcome = gevent.event.AsyncResult()
 
@@ -120,7 +123,7 @@ class GeventFuture(pykka.Future[T]):
             queue.Full: if the future is already resolved or has a get-hook.
         """
         self._ensure_settable()
-        self._outcome.set(_Outcome(value=value))
+        self._outcome.set(_Outcome(value))
 
     def set_exception(self, exc_info: OptExcInfo | None = None) -> None:
         """Resolve the future with an exception; `get()` will raise it.
@@ -300,6 +303,19 @@ class GeventRef(pykka.ActorRef[Any]):
         if self.actor_stopped.stopped:
             raise pykka.ActorDeadError(f"{self} not found")
         self.actor_inbox.put(message)
+
+    def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
+        """Pykka's ``ask``, made without its generic steps (the actor's future factory, the
+        stopped check as a method call)."""
+        future: GeventFuture[Any] = GeventFuture()
+        if self.actor_stopped.stopped:
+            dead = pykka.ActorDeadError(f"{self} not found")
+            future.set_exception((pykka.ActorDeadError, dead, None))
+        else:
+            self.actor_inbox.put(Envelope(message, future))
+        if block:
+            return future.get(timeout=timeout)
+        return future
 
 
 # Pykka's own messages (stop, proxy calls and attributes), which its _handle_receive serves.
