@@ -56,17 +56,35 @@ _FLOW_PREFIX = b"\x08\x0b\x5a"  # type FLOW (11), field 11
 _REDELIVERY_ZERO = b"\x18\x00"  # redelivery_count = 0, written explicitly
 
 
+def _two_byte_tables() -> tuple[list[bytes], list[bytes]]:
+    """Varints of 0x80-0x3FFF as written, and every 14-bit value with both continuation bits
+    set (the first two bytes of a three-byte varint); indexed by value, 1.4 MB together."""
+    lows = [bytes((low | 0x80,)) for low in range(0x80)]
+    continued_highs = [bytes((high | 0x80,)) for high in range(0x80)]
+    # Concatenating one-byte objects builds them three times faster than bytes((a, b)).
+    pairs = [low + high for high in _ONE_BYTE_VARINTS for low in lows]
+    continued = [low + high for high in continued_highs for low in lows]
+    return pairs, continued
+
+
+# Entry and sequence ids are mostly two or three bytes long; a table lookup is several
+# times faster than building the bytes (a receipt and a delivery encode two or three).
+_TWO_BYTE_VARINTS, _CONTINUED_14_BITS = _two_byte_tables()
+
+
 def _uint(value: int, limit: int = _UINT64_LIMIT) -> bytes:
-    """Varint of an unsigned field; rejects values protobuf would reject."""
+    """Varint of an unsigned field; rejects values protobuf would reject.
+
+    ``limit`` (exclusive) is 2**32 or 2**64: values below 2**21 need no range check.
+    """
     if 0 <= value < 0x80:
         return _ONE_BYTE_VARINTS[value]
+    if 0 < value < 0x4000:
+        return _TWO_BYTE_VARINTS[value]
+    if 0 < value < 0x200000:
+        return _CONTINUED_14_BITS[value & 0x3FFF] + _ONE_BYTE_VARINTS[value >> 14]
     if not 0 <= value < limit:
         raise ValueError(f"{value} is out of range for an unsigned field below {limit}")
-    # Entry and sequence ids are mostly two or three bytes long: no loop for those.
-    if value < 0x4000:
-        return bytes(((value & 0x7F) | 0x80, value >> 7))
-    if value < 0x200000:
-        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     groups = []
     while value >= 0x80:
         groups.append((value & 0x7F) | 0x80)
