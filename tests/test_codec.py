@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from typing import Any
 
 import pytest
 from google.protobuf.message import EncodeError
@@ -38,6 +39,7 @@ from brokerlet.transport.protocol import (
     split_batch,
 )
 from brokerlet.transport.protocol._fast import COPY_LIMIT
+from brokerlet.transport.protocol._payload import _plain_metadata
 
 LIMIT = 5 * 1024 * 1024 + 10 * 1024
 T = pb.BaseCommand
@@ -608,6 +610,73 @@ def test_metadata_problem_is_parse_metadatas_verdict(metadata: bytes, skew: int)
     except ProtocolError as error:
         reason = error.reason
     assert metadata_problem(entry) == reason
+
+
+def _verdict(entry: bytes) -> str | None:
+    try:
+        parse_metadata(entry)
+    except ProtocolError as error:
+        return error.reason
+    return None
+
+
+def _varint_bytes(value: int) -> bytes:
+    groups = []
+    while value >= 0x80:
+        groups.append((value & 0x7F) | 0x80)
+        value >>= 7
+    return bytes([*groups, value])
+
+
+_VARINTS = st.one_of(
+    st.integers(0, U64_MAX).map(_varint_bytes),  # a well-formed varint (listed twice: more often)
+    st.integers(0, U64_MAX).map(_varint_bytes),
+    st.integers(0, 7).map(lambda pad: b"\x80" * pad + b"\x00"),  # padded: still well-formed
+    st.binary(min_size=1, max_size=11),  # overlong, unterminated, or not a varint at all
+)
+
+
+def _mostly(usual: object, *others: object) -> st.SearchStrategy[Any]:
+    """``usual`` four times in five, else one of ``others``."""
+    return st.sampled_from([usual] * 4 * len(others) + list(others))
+
+
+@st.composite
+def _near_plain_metadata(draw: st.DrawFn) -> bytes:
+    """Bytes shaped like the plain layout `_plain_metadata` accepts, often slightly off."""
+    name = draw(st.binary(max_size=3))
+    pieces = [b"\x0a", bytes([(len(name) + draw(_mostly(0, -1, 1, 0x80))) % 256]), name]
+    pieces += [draw(_mostly(b"\x10", b"\x18", b"\x11")), draw(_VARINTS)]
+    pieces += [draw(_mostly(b"\x18", b"\x10", b"\x1a")), draw(_VARINTS)]
+    if draw(st.booleans()):
+        key = draw(st.binary(max_size=3))
+        pieces += [draw(_mostly(b"\x32", b"\x30", b"\x3a")), bytes([len(key)]), key]
+        pieces.append(draw(_mostly(b"", b"\x00", b"\x32")))
+    return b"".join(piece for piece in pieces if draw(st.integers(0, 63)) or piece == name)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_near_plain_metadata(), st.integers(-1, 1))
+def test_the_plain_metadata_shortcut_gives_protobufs_verdict(metadata: bytes, skew: int) -> None:
+    entry = struct.pack(">I", max(0, len(metadata) + skew)) + metadata + b"payload"
+    if _plain_metadata(entry):
+        assert _verdict(entry) is None
+    assert metadata_problem(entry) == _verdict(entry)
+
+
+def test_the_official_clients_plain_layouts_take_the_shortcut() -> None:
+    # pulsar-client 3.x writes these for a message without and with a key: they are checked
+    # without a protobuf parse (an accepted entry is accepted either way; this keeps it fast).
+    plain = pb.MessageMetadata(producer_name="standalone-0-17", sequence_id=1 << 40)
+    plain.publish_time = 1_796_130_223_052
+    keyed = pb.MessageMetadata()
+    keyed.CopyFrom(plain)
+    keyed.partition_key = "key-17"
+    assert _plain_metadata(build_entry(plain, b"x" * 128))
+    assert _plain_metadata(build_entry(keyed, b"x" * 128))
+    keyed.event_time = 5  # any other field: protobuf decides
+    assert not _plain_metadata(build_entry(keyed, b"x"))
+    assert metadata_problem(build_entry(keyed, b"x")) is None
 
 
 def test_build_entry_layout() -> None:

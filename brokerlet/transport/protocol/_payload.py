@@ -12,6 +12,7 @@ metadata, because consumers read meaning from which metadata fields are present.
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -167,12 +168,49 @@ def parse_metadata(entry: bytes) -> pb.MessageMetadata:
     return metadata
 
 
+# The metadata of a plain message as the official client writes it, after producer_name:
+# sequence_id and publish_time as varints of at most nine bytes, a partition key's tag next
+# if it has one.
+PLAIN_METADATA_TAIL = re.compile(
+    rb"\x10[\x80-\xff]{0,8}[\x00-\x7f]\x18[\x80-\xff]{0,8}[\x00-\x7f]"
+).match
+
+
+def _plain_metadata(entry: bytes) -> bool:
+    """Whether the entry's metadata is exactly producer_name (under 128 bytes), sequence_id,
+    publish_time and optionally partition_key (under 128 bytes), in that order.
+
+    Protobuf accepts every such metadata (proto2 does not check strings are UTF-8): most
+    SENDs are checked with a regex instead of a parse. False says nothing either way.
+    """
+    size = len(entry)
+    if size < 6 or entry[4] != 0x0A or entry[5] >= 0x80:
+        return False
+    end = 4 + _U32.unpack_from(entry, 0)[0]
+    if end > size:
+        return False
+    match = PLAIN_METADATA_TAIL(entry, 6 + entry[5], end)
+    if match is None:
+        return False
+    at = match.end()
+    if at == end:
+        return True
+    return (
+        entry[at] == 0x32
+        and at + 1 < end
+        and entry[at + 1] < 0x80
+        and (at + 2 + entry[at + 1] == end)
+    )
+
+
 def metadata_problem(entry: bytes) -> str | None:
     """Why an entry's MessageMetadata cannot be decoded, or None if it can.
 
     The check :func:`parse_metadata` makes, without raising, for the SEND path where every
     message is checked before it is stored.
     """
+    if _plain_metadata(entry):
+        return None
     try:
         metadata_size = _check_entry(entry)
         # The usual answer in one parse; FromString does not check required fields.

@@ -8,8 +8,9 @@ rest of dispatch. These walk the metadata's wire format to the one field and sto
 from __future__ import annotations
 
 import base64
-import re
 import struct
+
+from brokerlet.transport.protocol._payload import PLAIN_METADATA_TAIL
 
 __all__ = ["deliver_at_time", "publish_time", "sticky_key"]
 
@@ -87,11 +88,6 @@ def deliver_at_time(entry: bytes) -> int:
     return value
 
 
-# What the official client writes for a keyed message, after the producer name:
-# sequence_id, publish_time (varints of up to nine bytes), then the partition key's tag.
-_PLAIN_KEYED = re.compile(
-    rb"\x10[\x80-\xff]{0,8}[\x00-\x7f]\x18[\x80-\xff]{0,8}[\x00-\x7f]\x32"
-).match
 _PRODUCER_NAME = 1
 _SEQUENCE_ID = 2
 _PROPERTIES = 4
@@ -124,15 +120,16 @@ def sticky_key(entry: bytes) -> bytes | None:
     if end > 6 and entry[4] == 0x0A and entry[5] < 0x80:
         # The common layout in a few C calls: producer_name, sequence_id, publish_time and
         # a partition key of under 128 bytes that ends the metadata.
-        plain = _PLAIN_KEYED(entry, 6 + entry[5], end)
+        plain = PLAIN_METADATA_TAIL(entry, 6 + entry[5], end)
         if plain is not None:
-            length_at = plain.end()
+            tag_at = plain.end()
             if (
-                length_at < end
-                and entry[length_at] < 0x80
-                and length_at + 1 + entry[length_at] == end
+                tag_at + 1 < end
+                and entry[tag_at] == 0x32
+                and entry[tag_at + 1] < 0x80
+                and tag_at + 2 + entry[tag_at + 1] == end
             ):
-                key = entry[length_at + 1 : end]
+                key = entry[tag_at + 2 : end]
                 if key.isascii():
                     return key
     return _walk(entry, end)
