@@ -413,26 +413,32 @@ def encode_send_receipts(
     """
     producer = _producer_prefix(producer_id)
     ledger = _ledger_prefix(ledger_id)
+    # The body is at most 57 bytes: one varint byte of length, as in encode_send_receipt.
+    fixed_size = len(producer) + len(ledger) + 3
+    pack = _FRAME_HEADER.pack
+    one_byte = _ONE_BYTE_VARINTS
     pieces: list[bytes] = []
     entry_id = first_entry_id
     for send in sends:
         sequence_id = send[0]
         sequence = _uint(sequence_id)
         highest = sequence if send[1] == sequence_id else _uint(send[1])
-        message_id = ledger + _uint(entry_id)
+        entry = _uint(entry_id)
         entry_id += 1
-        # As encode_send_receipt: the body is at most 57 bytes, one varint byte of length.
-        size = len(producer) + len(sequence) + len(message_id) + len(highest) + 3
-        pieces.append(_FRAME_HEADER.pack(size + 8, size + 4))
-        pieces.append(_RECEIPT_PREFIX)
-        pieces.append(_ONE_BYTE_VARINTS[size])
-        pieces.append(producer)
-        pieces.append(sequence)
-        pieces.append(b"\x1a")
-        pieces.append(_ONE_BYTE_VARINTS[len(message_id)])
-        pieces.append(message_id)
-        pieces.append(b"\x20")
-        pieces.append(highest)
+        size = fixed_size + len(sequence) + len(entry) + len(highest)
+        pieces += (
+            pack(size + 8, size + 4),
+            _RECEIPT_PREFIX,
+            one_byte[size],
+            producer,
+            sequence,
+            b"\x1a",
+            one_byte[len(ledger) + len(entry)],
+            ledger,
+            entry,
+            b"\x20",
+            highest,
+        )
     return b"".join(pieces)
 
 
