@@ -39,7 +39,7 @@ from brokerlet.transport.protocol import (
     split_batch,
 )
 from brokerlet.transport.protocol._fast import COPY_LIMIT
-from brokerlet.transport.protocol._payload import _plain_metadata
+from brokerlet.transport.protocol._payload import plain_metadata
 
 LIMIT = 5 * 1024 * 1024 + 10 * 1024
 T = pb.BaseCommand
@@ -643,7 +643,7 @@ def _mostly(usual: object, *others: object) -> st.SearchStrategy[Any]:
 
 @st.composite
 def _near_plain_metadata(draw: st.DrawFn) -> bytes:
-    """Bytes shaped like the plain layout `_plain_metadata` accepts, often slightly off."""
+    """Bytes shaped like the plain layout `plain_metadata` accepts, often slightly off."""
     name = draw(st.binary(max_size=3))
     pieces = [b"\x0a", bytes([(len(name) + draw(_mostly(0, -1, 1, 0x80))) % 256]), name]
     pieces += [draw(_mostly(b"\x10", b"\x18", b"\x11")), draw(_VARINTS)]
@@ -659,7 +659,7 @@ def _near_plain_metadata(draw: st.DrawFn) -> bytes:
 @given(_near_plain_metadata(), st.integers(-1, 1))
 def test_the_plain_metadata_shortcut_gives_protobufs_verdict(metadata: bytes, skew: int) -> None:
     entry = struct.pack(">I", max(0, len(metadata) + skew)) + metadata + b"payload"
-    if _plain_metadata(entry):
+    if plain_metadata(entry):
         assert _verdict(entry) is None
     assert metadata_problem(entry) == _verdict(entry)
 
@@ -672,10 +672,10 @@ def test_the_official_clients_plain_layouts_take_the_shortcut() -> None:
     keyed = pb.MessageMetadata()
     keyed.CopyFrom(plain)
     keyed.partition_key = "key-17"
-    assert _plain_metadata(build_entry(plain, b"x" * 128))
-    assert _plain_metadata(build_entry(keyed, b"x" * 128))
+    assert plain_metadata(build_entry(plain, b"x" * 128))
+    assert plain_metadata(build_entry(keyed, b"x" * 128))
     keyed.event_time = 5  # any other field: protobuf decides
-    assert not _plain_metadata(build_entry(keyed, b"x"))
+    assert not plain_metadata(build_entry(keyed, b"x"))
     assert metadata_problem(build_entry(keyed, b"x")) is None
 
 

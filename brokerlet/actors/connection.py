@@ -110,6 +110,7 @@ from brokerlet.transport.protocol import (
     metadata_problem,
     parse_metadata,
     pb,
+    plain_metadata,
 )
 
 if TYPE_CHECKING:
@@ -739,7 +740,8 @@ class ConnectionActor(GeventActor):
                     f"Exceed maximum message size: {len(data)} > {max_size} bytes",
                 )
             else:
-                refusal = _metadata_refusal(data)
+                # The official client's plain layout needs no parse: no call chain for it.
+                refusal = None if plain_metadata(data) else _metadata_refusal(data)
                 if refusal is None:
                     entry = _as_named(NewEntry, (data, checksum, num_messages))
             if refusal is not None:

@@ -51,6 +51,7 @@ from brokerlet.transport.protocol._payload import (
     encode_batch,
     metadata_problem,
     parse_metadata,
+    plain_metadata,
     split_batch,
 )
 from brokerlet.transport.protocol._replies import (
@@ -98,6 +99,7 @@ __all__ = [
     "metadata_problem",
     "parse_metadata",
     "pb",
+    "plain_metadata",
     "publish_time",
     "repack_entry",
     "split_batch",

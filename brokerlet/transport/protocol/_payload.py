@@ -176,7 +176,7 @@ PLAIN_METADATA_TAIL = re.compile(
 ).match
 
 
-def _plain_metadata(entry: bytes) -> bool:
+def plain_metadata(entry: bytes) -> bool:
     """Whether the entry's metadata is exactly producer_name (under 128 bytes), sequence_id,
     publish_time and optionally partition_key (under 128 bytes), in that order.
 
@@ -209,7 +209,7 @@ def metadata_problem(entry: bytes) -> str | None:
     The check :func:`parse_metadata` makes, without raising, for the SEND path where every
     message is checked before it is stored.
     """
-    if _plain_metadata(entry):
+    if plain_metadata(entry):
         return None
     try:
         metadata_size = _check_entry(entry)
