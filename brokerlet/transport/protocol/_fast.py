@@ -56,20 +56,21 @@ _FLOW_PREFIX = b"\x08\x0b\x5a"  # type FLOW (11), field 11
 _REDELIVERY_ZERO = b"\x18\x00"  # redelivery_count = 0, written explicitly
 
 
-def _two_byte_tables() -> tuple[list[bytes], list[bytes]]:
-    """Varints of 0x80-0x3FFF as written, and every 14-bit value with both continuation bits
-    set (the first two bytes of a three-byte varint); indexed by value, 1.4 MB together."""
+def _varint_tables() -> tuple[list[bytes], list[bytes]]:
+    """The varint of every value below 2**14, and every 14-bit value with both continuation
+    bits set (the first two bytes of a three-byte varint); indexed by value, 1.4 MB together."""
     lows = [bytes((low | 0x80,)) for low in range(0x80)]
     continued_highs = [bytes((high | 0x80,)) for high in range(0x80)]
     # Concatenating one-byte objects builds them three times faster than bytes((a, b)).
-    pairs = [low + high for high in _ONE_BYTE_VARINTS for low in lows]
+    varints = [low + high for high in _ONE_BYTE_VARINTS for low in lows]
+    varints[:0x80] = _ONE_BYTE_VARINTS
     continued = [low + high for high in continued_highs for low in lows]
-    return pairs, continued
+    return varints, continued
 
 
 # Entry and sequence ids are mostly two or three bytes long; a table lookup is several
 # times faster than building the bytes (a receipt and a delivery encode two or three).
-_TWO_BYTE_VARINTS, _CONTINUED_14_BITS = _two_byte_tables()
+_VARINTS_14_BITS, _CONTINUED_14_BITS = _varint_tables()
 
 
 def _uint(value: int, limit: int = _UINT64_LIMIT) -> bytes:
@@ -77,10 +78,8 @@ def _uint(value: int, limit: int = _UINT64_LIMIT) -> bytes:
 
     ``limit`` (exclusive) is 2**32 or 2**64: values below 2**21 need no range check.
     """
-    if 0 <= value < 0x80:
-        return _ONE_BYTE_VARINTS[value]
-    if 0 < value < 0x4000:
-        return _TWO_BYTE_VARINTS[value]
+    if 0 <= value < 0x4000:
+        return _VARINTS_14_BITS[value]
     if 0 < value < 0x200000:
         return _CONTINUED_14_BITS[value & 0x3FFF] + _ONE_BYTE_VARINTS[value >> 14]
     if not 0 <= value < limit:
