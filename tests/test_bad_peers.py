@@ -224,6 +224,30 @@ def test_non_utf8_topic_and_producer_names_are_answered(broker: Broker) -> None:
         assert client.produce(3, 0, b"fine") == 0
 
 
+@pytest.mark.parametrize("request_id", [7, 300], ids=["ascii ids", "multi-byte ids"])
+def test_a_name_that_is_not_utf8_is_found_whatever_the_ids(request_id: int) -> None:
+    # The decoder skips the walk for a command whose bytes are all ASCII; ids of 128 or
+    # more make varint bytes above 0x7F, and a bad name must still be found among them.
+    frame = with_bad_utf8(subscribe_command("subX", request_id), "subX")
+    (decoded,) = FrameDecoder(1 << 20).feed(frame)
+    assert decoded.invalid_text == "subscribe.subscription"
+    good = encode_command(subscribe_command("sub", request_id))
+    assert FrameDecoder(1 << 20).feed(good)[0].invalid_text is None
+
+
+def test_the_closes_assigned_broker_urls_are_not_checked() -> None:
+    # Only a broker sends them (Pulsar's topic transfer); brokerlet never reads them.
+    close = T(
+        type=T.CLOSE_PRODUCER,
+        close_producer=pb.CommandCloseProducer(
+            producer_id=1, request_id=2, assigned_broker_service_url="urlX"
+        ),
+    )
+    (decoded,) = FrameDecoder(1 << 20).feed(with_bad_utf8(close, "urlX"))
+    assert decoded.invalid_text is None
+    assert decoded.command.close_producer.producer_id == 1
+
+
 # Bug 5: acks for entries that did not exist yet were kept.
 
 

@@ -248,7 +248,8 @@ class FrameDecoder:
                         frames.append(Frame._of_send(raw, send, bytes(view[command_end:frame_end])))
                         offset = frame_end
                         continue
-                command, type_value = _decode_command(view[offset + 8 : command_end])
+                serialized = view[offset + 8 : command_end]
+                command, type_value = _decode_command(serialized)
                 if type_value in _PAYLOAD_TYPES:
                     payload: bytes | None = bytes(view[command_end:frame_end])
                 elif command_end != frame_end:
@@ -258,7 +259,7 @@ class FrameDecoder:
                     )
                 else:
                     payload = None
-                invalid_text = invalid_text_field(command, type_value)
+                invalid_text = invalid_text_field(command, type_value, serialized)
                 frames.append(Frame(command, payload, invalid_text, type_value))
                 offset = frame_end
         return frames, offset

@@ -41,17 +41,34 @@ _HOLDS_TEXT: dict[str, bool] = {}
 _holds_text(pb.BaseCommand.DESCRIPTOR, _HOLDS_TEXT)
 
 _T = pb.BaseCommand
-# Hot commands whose string fields brokerlet never reads (ACK properties, for example).
-SKIPPED_TYPES = frozenset((_T.SEND, _T.MESSAGE, _T.ACK, _T.FLOW, _T.PING, _T.PONG))
+# Commands not walked: hot ones whose string fields brokerlet never reads (ACK properties,
+# for example), the closes (only a broker sends their assigned-broker URLs), and every
+# command whose body has no string field at any depth (a body's field number is its type).
+SKIPPED_TYPES = frozenset(
+    (_T.SEND, _T.MESSAGE, _T.ACK, _T.FLOW, _T.PING, _T.PONG, _T.CLOSE_PRODUCER, _T.CLOSE_CONSUMER)
+) | frozenset(
+    field.number
+    for field in _T.DESCRIPTOR.fields
+    if field.message_type is not None and not _HOLDS_TEXT[field.message_type.full_name]
+)
 
 
-def invalid_text_field(command: pb.BaseCommand, type_value: int | None = None) -> str | None:
+def invalid_text_field(
+    command: pb.BaseCommand,
+    type_value: int | None = None,
+    serialized: bytes | memoryview | None = None,
+) -> str | None:
     """The path of the first string field of ``command`` that is not valid UTF-8, or None
-    (``type_value``: the command's type, if the caller has read it already).
+    (``type_value``: the command's type, if the caller has read it already; ``serialized``:
+    the bytes it was parsed from, if at hand).
 
     >>> invalid_text_field(pb.BaseCommand(type=pb.BaseCommand.PING, ping=pb.CommandPing()))
     """
     if (command.type if type_value is None else type_value) in SKIPPED_TYPES:
+        return None
+    # A string's bytes lie within the command's: with no byte above 0x7F anywhere, every
+    # string is ASCII. Most requests of a client with small ids pass this without a walk.
+    if serialized is not None and bytes(serialized).isascii():
         return None
     return _walk(command, "")
 
