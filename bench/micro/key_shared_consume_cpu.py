@@ -1,0 +1,123 @@
+"""The broker's CPU per message on the Key_Shared consume path, 20 consumers on one connection.
+
+``python -m bench.micro.key_shared_consume_cpu [--messages N] [--storage memory|disk]``
+
+As ``bench.micro.consume_cpu``, but the messages carry one of 1,000 partition keys and the
+subscription is Key_Shared with 20 consumers sharing one raw-socket connection, as the official
+client shares one connection per broker among a process's consumers: a read's entries are
+split over the consumers in small batches, which is where Key_Shared's cost beyond Shared's
+lies. Each consumer has a receiver queue of 1,000 permits refilled by half, and acks grouped
+by 100 per consumer. Prints figures, never asserts them; ``--callgrind`` and ``--source DIR``
+as the other micro-benchmarks.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+from bench.micro.broker_cpu import run
+from bench.rawsocket import RawConnection
+from brokerlet.testing.process import ChildBroker
+from brokerlet.transport.protocol import build_entry, encode_ack, encode_flow, encode_send, pb
+
+__all__ = ["main", "measure"]
+
+T = pb.BaseCommand
+CONSUMERS = 20
+KEYS = 1_000
+_QUEUE = 1000
+_ACK_GROUP = 100
+_WINDOW = 1000
+
+
+def measure(broker: ChildBroker, messages: int) -> float:
+    """Store ``messages`` keyed messages in a new topic, then consume them through 20
+    Key_Shared consumers; the consume phase's CPU µs per message."""
+    topic = f"persistent://public/default/ks-consume-{uuid.uuid4().hex[:8]}"
+    consumers = RawConnection(broker.service_url, "cpu-bench")
+    for consumer_id in range(1, CONSUMERS + 1):
+        subscribe = pb.CommandSubscribe(
+            topic=topic,
+            subscription="bench",
+            sub_type=pb.CommandSubscribe.Key_Shared,
+            consumer_id=consumer_id,
+            request_id=consumer_id,
+            initial_position=pb.CommandSubscribe.Earliest,
+        )
+        reply = consumers.request(T(type=T.SUBSCRIBE, subscribe=subscribe))
+        if reply.type != T.SUCCESS:
+            raise RuntimeError(f"SUBSCRIBE failed: {reply}")
+    _produce(broker, topic, messages)
+    before = broker.cpu_seconds()
+    ids = range(1, CONSUMERS + 1)
+    consumers.sock.sendall(b"".join(encode_flow(consumer_id, _QUEUE) for consumer_id in ids))
+    received = 0
+    since_flow = dict.fromkeys(ids, 0)
+    acks: dict[int, list[tuple[int, int]]] = {consumer_id: [] for consumer_id in ids}
+    while received < messages:
+        for frame in consumers.read_frames():
+            if frame.type != T.MESSAGE:
+                raise RuntimeError(f"unexpected frame: {frame.command}")
+            message = frame.command.message
+            acks[message.consumer_id].append(
+                (message.message_id.ledger_id, message.message_id.entry_id)
+            )
+            since_flow[message.consumer_id] += 1
+            received += 1
+        out = []
+        for consumer_id in ids:
+            if since_flow[consumer_id] >= _QUEUE // 2:
+                out.append(encode_flow(consumer_id, since_flow[consumer_id]))
+                since_flow[consumer_id] = 0
+            pending = acks[consumer_id]
+            if len(pending) >= _ACK_GROUP or (pending and received == messages):
+                out.append(encode_ack(consumer_id, pending))
+                acks[consumer_id] = []
+        if out:
+            consumers.sock.sendall(b"".join(out))
+    cpu = broker.cpu_seconds() - before
+    consumers.close()
+    return cpu / messages * 1e6
+
+
+def _produce(broker: ChildBroker, topic: str, messages: int) -> None:
+    """Store ``messages`` unbatched 128 B messages, each with one of :data:`KEYS` keys."""
+    connection = RawConnection(broker.service_url, "cpu-bench")
+    producer = pb.CommandProducer(topic=topic, producer_id=1, request_id=1)
+    reply = connection.request(T(type=T.PRODUCER, producer=producer))
+    if reply.type != T.PRODUCER_SUCCESS:
+        raise RuntimeError(f"PRODUCER failed: {reply}")
+    rng = random.Random(19)
+    keys = [f"key-{number:04d}" for number in range(KEYS)]
+    frames = []
+    for sequence_id in range(messages):
+        metadata = pb.MessageMetadata(
+            producer_name="cpu-bench",
+            sequence_id=sequence_id,
+            publish_time=1,
+            partition_key=rng.choice(keys),
+        )
+        frames.append(b"".join(encode_send(1, sequence_id, 1, build_entry(metadata, b"x" * 128))))
+    sent = receipted = 0
+    while receipted < messages:
+        if sent < messages and sent - receipted < _WINDOW:
+            batch = frames[sent : min(messages, receipted + _WINDOW)]
+            connection.sock.sendall(b"".join(batch))
+            sent += len(batch)
+        receipted += sum(1 for command in connection.read(1) if command.type == T.SEND_RECEIPT)
+    connection.close()
+
+
+def main() -> None:
+    run(
+        "python -m bench.micro.key_shared_consume_cpu",
+        "Key_Shared consume path",
+        measure,
+        f"unbatched 128 B messages, {KEYS:,} keys, {CONSUMERS} Key_Shared consumers on one "
+        f"connection, queue {_QUEUE} each, acks grouped by {_ACK_GROUP}",
+    )
+
+
+if __name__ == "__main__":
+    main()
