@@ -25,6 +25,7 @@ from brokerlet.actors.messages import (
     ReadEntries,
     ReadIds,
     RemoveConsumer,
+    SendMessageBatches,
     SendMessages,
     SubscriptionClosed,
 )
@@ -135,10 +136,14 @@ class FakeEventLoopMixin:
         self.auto_complete = True
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, SendMessages):
-            self.batches.append(message)
-            if self.auto_complete:
-                message.completion.request()
+        # A pass's batches come as one message; each consumer here has a connection of its
+        # own, so each batch is a write of its own, as the real loop would make it.
+        batches = message.batches if isinstance(message, SendMessageBatches) else [message]
+        if isinstance(batches[0], SendMessages):
+            for batch in batches:
+                self.batches.append(batch)
+                if self.auto_complete:
+                    batch.completion.request()
         elif isinstance(message, Block):
             message.entered.set()
             message.release.wait(10)

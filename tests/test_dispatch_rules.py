@@ -27,6 +27,7 @@ from brokerlet.actors.messages import (
     ConsumerClosedByBroker,
     GetLastEntry,
     OpenTopic,
+    SendMessageBatches,
     SendMessages,
     Subscribe,
     UnexpectedMessage,
@@ -323,6 +324,48 @@ def test_a_broker_initiated_close_follows_the_consumers_queued_messages() -> Non
     finally:
         for ref in (connection, broker, loop):
             ref.stop(block=True, timeout=5)
+
+
+class CountingCompletion:
+    def __init__(self) -> None:
+        self.requests = 0
+
+    def request(self) -> None:
+        self.requests += 1
+
+
+def test_a_passes_batches_are_one_write_per_connection() -> None:
+    """A dispatch pass's batches reach the event loop as one message; the loop writes each
+    connection's batches, in their order, as one write whose completion requests each
+    distinct completion once (eventloop.py; many consumers share the official client's
+    connection)."""
+    shared_channel, own_channel = RecordingChannel(), RecordingChannel()
+    loop = HoldableLoop.start(0)
+    shared = ConnectionHandle(peer="p", channel=shared_channel, event_loop=loop)  # type: ignore[arg-type]
+    own = ConnectionHandle(peer="q", channel=own_channel, event_loop=loop)  # type: ignore[arg-type]
+    a, b = (Consumer(i, name, "t", "s", SHARED, 0, shared) for i, name in ((1, "a"), (2, "b")))
+    c = Consumer(3, "c", "t", "s", SHARED, 0, own)
+    gate, notice = CountingCompletion(), CountingCompletion()
+    batches = [
+        SendMessages(a, [make_entry(0)], [0], gate),
+        SendMessages(c, [make_entry(1)], [0], gate),
+        SendMessages(b, [make_entry(2), make_entry(3)], [0, 0], gate),
+        SendMessages(a, [make_entry(4)], [0], notice),
+    ]
+    try:
+        loop.tell(SendMessageBatches(batches))
+        loop.ask(Noop(), block=True, timeout=5)
+    finally:
+        loop.stop(block=True, timeout=5)
+    assert len(shared_channel.writes) == 1
+    assert len(own_channel.writes) == 1
+    decoder = FrameDecoder(1 << 20)
+    sent = [
+        (f.command.message.consumer_id, f.command.message.message_id.entry_id)
+        for f in decoder.feed(shared_channel.writes[0])
+    ]
+    assert sent == [(1, 0), (2, 2), (2, 3), (1, 4)]
+    assert (gate.requests, notice.requests) == (2, 1)  # once per write that carried it
 
 
 class SlowStatsChannel(FakeChannel):

@@ -51,6 +51,7 @@ from brokerlet.actors.messages import (
     RemoveConsumer,
     ReplayReady,
     Seek,
+    SendMessageBatches,
     SendMessages,
     SubscriptionClosed,
     UnexpectedMessage,
@@ -175,6 +176,7 @@ class Dispatcher:
         self._delay_timer: Cancellable | None = None  # the next delayed entry's time
         self._delay_timer_at = 0.0  # its monotonic deadline
         self._writes_in_flight = 0  # only counted with the completion barrier
+        self._batches: list[SendMessages] = []  # this pass's, handed over once it ends
         self._gate: ConflatedTell[DispatcherActor] | None = None
         self.expiry = ExpiryCounter()
         self._handlers: dict[type, Callable[[Any], Any]] = {
@@ -491,7 +493,11 @@ class Dispatcher:
 
     def _send(self, entries: list[Entry], *, replay: bool) -> bool:
         """Hand ``entries`` to the strategy; the rest go to replay. True if any went out."""
-        held = self.strategy.assign(entries, self._deliver, replay=replay)
+        try:
+            held = self.strategy.assign(entries, self._deliver, replay=replay)
+        finally:
+            if self._batches:  # what was recorded as delivered must reach its consumers
+                self._hand_over()
         waiting = self.book.replay
         if replay:
             kept = {entry.entry_id for entry, _ in held}
@@ -520,9 +526,29 @@ class Dispatcher:
                 words = batch_acks.words(entry.entry_id)
                 if words is not None:
                     ack_sets[entry.entry_id] = words
-        consumer.connection.event_loop.tell(
+        self._batches.append(
             SendMessages(consumer, batch, redelivery, completion, ack_sets or None, consumer.epoch)
         )
+
+    def _hand_over(self) -> None:
+        """Tell each event loop this pass's batches for its connections: as one message when
+        there are several (one write per connection, see actors/eventloop.py)."""
+        batches = self._batches
+        if len(batches) == 1:
+            only = batches.pop()
+            only.consumer.connection.event_loop.tell(only)
+            return
+        self._batches = []
+        by_loop: dict[pykka.ActorRef[Any], list[SendMessages]] = {}
+        for message in batches:
+            loop = message.consumer.connection.event_loop
+            queued = by_loop.get(loop)
+            if queued is None:
+                by_loop[loop] = [message]
+            else:
+                queued.append(message)
+        for loop, queued in by_loop.items():
+            loop.tell(queued[0] if len(queued) == 1 else SendMessageBatches(queued))
 
     def _batch_written(self, _message: object) -> None:
         self._writes_in_flight -= 1

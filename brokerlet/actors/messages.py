@@ -92,6 +92,7 @@ __all__ = [
     "ResetCursor",
     "ResolvePosition",
     "Seek",
+    "SendMessageBatches",
     "SendMessages",
     "SkipEntries",
     "SkipEntriesOf",
@@ -764,6 +765,14 @@ class SendMessages:
     completion: WriteCompletion
     ack_sets: dict[int, list[int]] | None = None  # entry id -> members not acked yet
     epoch: int | None = None  # the consumer's epoch when the batch was handed out
+
+
+@dataclass(slots=True)  # built for every dispatch pass with more than one batch
+class SendMessageBatches:
+    """A dispatch pass's consumer batches for one event loop, in the order they were made:
+    the loop writes each connection's batches as one write (one completion for them)."""
+
+    batches: list[SendMessages]
 
 
 @dataclass(frozen=True, slots=True)
