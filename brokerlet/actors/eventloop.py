@@ -90,7 +90,8 @@ class EventLoopActor(GeventActor):
             if connection.closed:
                 continue  # the connection's cleanup releases these entries for redelivery
             buffers: list[bytes] = []
-            completions: list[WriteCompletion] = []
+            # Usually the one read request of the dispatcher; each barrier notice counts.
+            completions: dict[int, WriteCompletion] = {}
             for message in messages:
                 buffers += encode_messages(
                     message.consumer.consumer_id,
@@ -99,14 +100,12 @@ class EventLoopActor(GeventActor):
                     message.ack_sets,
                     message.epoch,
                 )
-                # Usually the one read request of the dispatcher; each barrier notice counts.
-                if not any(message.completion is known for known in completions):
-                    completions.append(message.completion)
+                completions[id(message.completion)] = message.completion
             channel = connection.channel
-            channel.write(
-                buffers,
-                _Written(completions[0]) if len(completions) == 1 else _AllWritten(completions),
-            )
+            if len(completions) == 1:
+                channel.write(buffers, _Written(messages[0].completion))
+            else:
+                channel.write(buffers, _AllWritten(list(completions.values())))
             if channel.send_blocked:
                 for message in messages:  # as in _send_messages
                     if message.consumer.read_gate is not None:
