@@ -636,9 +636,9 @@ _VARINTS = st.one_of(
 )
 
 
-def _mostly(usual: object, *others: object) -> st.SearchStrategy[Any]:
-    """``usual`` four times in five, else one of ``others``."""
-    return st.sampled_from([usual] * 4 * len(others) + list(others))
+def _mostly(usual: object, *others: object, odds: int = 4) -> st.SearchStrategy[Any]:
+    """``usual`` ``odds`` times to each time one of ``others``."""
+    return st.sampled_from([usual] * odds * len(others) + list(others))
 
 
 @st.composite
@@ -648,6 +648,21 @@ def _near_plain_metadata(draw: st.DrawFn) -> bytes:
     pieces = [b"\x0a", bytes([(len(name) + draw(_mostly(0, -1, 1, 0x80))) % 256]), name]
     pieces += [draw(_mostly(b"\x10", b"\x18", b"\x11")), draw(_VARINTS)]
     pieces += [draw(_mostly(b"\x18", b"\x10", b"\x1a")), draw(_VARINTS)]
+    for _ in range(draw(st.integers(0, 2))):  # properties: a KeyValue's key, then its value
+        key, value = draw(st.binary(max_size=3)), draw(st.binary(max_size=3))
+        pair = b"".join(
+            (
+                draw(_mostly(b"\x0a", b"\x12", b"\x08", odds=5)),
+                bytes([(len(key) + draw(_mostly(0, -1, 1, odds=12))) % 256]),
+                key,
+                draw(_mostly(b"\x12", b"\x0a", b"\x1a", odds=12)),
+                bytes([(len(value) + draw(_mostly(0, -1, 1, 0x80, odds=12))) % 256]),
+                value,
+                draw(_mostly(b"", b"\x00", b"\x18\x01", odds=12)),
+            )
+        )
+        size = (len(pair) + draw(_mostly(0, -1, 1, 0x80, odds=12))) % 256
+        pieces += [draw(_mostly(b"\x22", b"\x2a", b"\x20", odds=12)), bytes([size]), pair]
     if draw(st.booleans()):
         key = draw(st.binary(max_size=3))
         pieces += [draw(_mostly(b"\x32", b"\x30", b"\x3a")), bytes([len(key)]), key]
@@ -673,6 +688,9 @@ def test_the_official_clients_plain_layouts_take_the_shortcut() -> None:
     keyed.CopyFrom(plain)
     keyed.partition_key = "key-17"
     assert plain_metadata(build_entry(plain, b"x" * 128))
+    assert plain_metadata(build_entry(keyed, b"x" * 128))
+    keyed.properties.add(key="trace-id", value="0af7651916cd43dd")
+    keyed.properties.add(key="", value="")
     assert plain_metadata(build_entry(keyed, b"x" * 128))
     keyed.event_time = 5  # any other field: protobuf decides
     assert not plain_metadata(build_entry(keyed, b"x"))

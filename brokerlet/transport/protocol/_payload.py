@@ -178,10 +178,11 @@ PLAIN_METADATA_TAIL = re.compile(
 
 def plain_metadata(entry: bytes) -> bool:
     """Whether the entry's metadata is exactly producer_name (under 128 bytes), sequence_id,
-    publish_time and optionally partition_key (under 128 bytes), in that order.
+    publish_time, any properties (each a key and a value, in that order, under 128 bytes
+    together) and optionally partition_key (under 128 bytes), in that order.
 
     Protobuf accepts every such metadata (proto2 does not check strings are UTF-8): most
-    SENDs are checked with a regex instead of a parse. False says nothing either way.
+    SENDs are checked without a parse. False says nothing either way.
     """
     size = len(entry)
     if size < 6 or entry[4] != 0x0A or entry[5] >= 0x80:
@@ -193,6 +194,23 @@ def plain_metadata(entry: bytes) -> bool:
     if match is None:
         return False
     at = match.end()
+    while at < end and entry[at] == 0x22:  # a property: 0x22 size 0x0A key-size key 0x12 ...
+        if at + 6 > end:
+            return False
+        stop = at + 2 + entry[at + 1]
+        value_at = at + 4 + entry[at + 3]
+        if (
+            entry[at + 1] >= 0x80
+            or stop > end
+            or entry[at + 2] != 0x0A
+            or entry[at + 3] >= 0x80
+            or value_at + 2 > stop
+            or entry[value_at] != 0x12
+            or entry[value_at + 1] >= 0x80
+            or value_at + 2 + entry[value_at + 1] != stop
+        ):
+            return False
+        at = stop
     if at == end:
         return True
     return (
