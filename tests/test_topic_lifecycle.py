@@ -239,7 +239,6 @@ def test_partitioned_metadata_and_lookup_refusals_on_the_wire(broker: Broker) ->
     assert listener.message == "the broker do not have nope listener"
 
 
-
 class _Hold:
     """Keeps the broker actor busy until the test lets it go."""
 

@@ -531,24 +531,26 @@ class Dispatcher:
         )
 
     def _hand_over(self) -> None:
-        """Tell each event loop this pass's batches for its connections: as one message when
-        there are several (one write per connection, see actors/eventloop.py)."""
+        """Tell the event loops this pass's batches: a connection's several batches as one
+        message (one write, see actors/eventloop.py), a lone batch as itself."""
         batches = self._batches
         if len(batches) == 1:
             only = batches.pop()
             only.consumer.connection.event_loop.tell(only)
             return
         self._batches = []
-        by_loop: dict[pykka.ActorRef[Any], list[SendMessages]] = {}
+        by_connection: dict[ConnectionHandle, list[SendMessages]] = {}
         for message in batches:
-            loop = message.consumer.connection.event_loop
-            queued = by_loop.get(loop)
+            connection = message.consumer.connection
+            queued = by_connection.get(connection)
             if queued is None:
-                by_loop[loop] = [message]
+                by_connection[connection] = [message]
             else:
                 queued.append(message)
-        for loop, queued in by_loop.items():
-            loop.tell(queued[0] if len(queued) == 1 else SendMessageBatches(queued))
+        for connection, queued in by_connection.items():
+            connection.event_loop.tell(
+                queued[0] if len(queued) == 1 else SendMessageBatches(queued)
+            )
 
     def _batch_written(self, _message: object) -> None:
         self._writes_in_flight -= 1

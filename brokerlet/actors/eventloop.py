@@ -1,10 +1,10 @@
 """Event-loop actors: the I/O tasks of the connections assigned to them (Netty-style).
 
-A dispatcher hands a dispatch pass's consumer batches to the event loop of the consumers'
-connections as one message (a lone batch as itself); the loop encodes the MESSAGE frames (small
-ones joined into one buffer) and makes one vectored write of each connection's batches. With
-many consumers on one connection (the official client shares one per broker), a pass's batches
-are small: one hand-over, one write and one completion per pass, not per batch.
+A dispatcher hands a dispatch pass's consumer batches for one connection to its event loop as
+one message (a lone batch as itself); the loop encodes the MESSAGE frames (small ones joined
+into one buffer) and makes one vectored write of them. With many consumers on one connection
+(the official client shares one per broker), a pass's batches are small: one hand-over, one
+write and one completion per pass and connection, not per batch.
 
 * The batch carries what its written bytes wake (the dispatcher's conflated read request):
   the channel's writer greenlet requests it once the batch is in the kernel. One hop, straight
@@ -78,38 +78,31 @@ class EventLoopActor(GeventActor):
             consumer.read_gate.request()
 
     def _send_batches(self, batches: list[SendMessages]) -> None:
-        by_connection: dict[ConnectionHandle, list[SendMessages]] = {}
+        """Several batches for one connection (a dispatch pass's): one write."""
+        connection = batches[0].consumer.connection
+        if connection.closed:
+            return  # the connection's cleanup releases these entries for redelivery
+        buffers: list[bytes] = []
+        # Usually the one read request of the dispatcher; each barrier notice counts.
+        completions: dict[int, WriteCompletion] = {}
         for message in batches:
-            connection = message.consumer.connection
-            queued = by_connection.get(connection)
-            if queued is None:
-                by_connection[connection] = [message]
-            else:
-                queued.append(message)
-        for connection, messages in by_connection.items():
-            if connection.closed:
-                continue  # the connection's cleanup releases these entries for redelivery
-            buffers: list[bytes] = []
-            # Usually the one read request of the dispatcher; each barrier notice counts.
-            completions: dict[int, WriteCompletion] = {}
-            for message in messages:
-                buffers += encode_messages(
-                    message.consumer.consumer_id,
-                    message.entries,
-                    message.redelivery_counts,
-                    message.ack_sets,
-                    message.epoch,
-                )
-                completions[id(message.completion)] = message.completion
-            channel = connection.channel
-            if len(completions) == 1:
-                channel.write(buffers, _Written(messages[0].completion))
-            else:
-                channel.write(buffers, _AllWritten(list(completions.values())))
-            if channel.send_blocked:
-                for message in messages:  # as in _send_messages
-                    if message.consumer.read_gate is not None:
-                        message.consumer.read_gate.request()
+            buffers += encode_messages(
+                message.consumer.consumer_id,
+                message.entries,
+                message.redelivery_counts,
+                message.ack_sets,
+                message.epoch,
+            )
+            completions[id(message.completion)] = message.completion
+        channel = connection.channel
+        if len(completions) == 1:
+            channel.write(buffers, _Written(batches[0].completion))
+        else:
+            channel.write(buffers, _AllWritten(list(completions.values())))
+        if channel.send_blocked:
+            for message in batches:  # as in _send_messages
+                if message.consumer.read_gate is not None:
+                    message.consumer.read_gate.request()
 
     def _writability_changed(self, connection: ConnectionHandle) -> None:
         if connection.writable_notice is not None:

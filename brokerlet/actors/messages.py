@@ -769,8 +769,8 @@ class SendMessages:
 
 @dataclass(slots=True)  # built for every dispatch pass with more than one batch
 class SendMessageBatches:
-    """A dispatch pass's consumer batches for one event loop, in the order they were made:
-    the loop writes each connection's batches as one write (one completion for them)."""
+    """A dispatch pass's consumer batches for one connection, in the order they were made:
+    the event loop writes them as one write (one completion for them)."""
 
     batches: list[SendMessages]
 
