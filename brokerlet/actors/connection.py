@@ -110,7 +110,7 @@ from brokerlet.transport.protocol import (
     metadata_problem,
     parse_metadata,
     pb,
-    plain_key_at,
+    plain_metadata,
 )
 
 if TYPE_CHECKING:
@@ -741,7 +741,7 @@ class ConnectionActor(GeventActor):
                 )
             else:
                 # The official client's plain layout needs no parse: no call chain for it.
-                refusal = None if plain_key_at(data) is not None else _metadata_refusal(data)
+                refusal = None if plain_metadata(data) else _metadata_refusal(data)
                 if refusal is None:
                     entry = _as_named(NewEntry, (data, checksum, num_messages))
             if refusal is not None:

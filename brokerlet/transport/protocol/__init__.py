@@ -51,7 +51,6 @@ from brokerlet.transport.protocol._payload import (
     encode_batch,
     metadata_problem,
     parse_metadata,
-    plain_key_at,
     plain_metadata,
     split_batch,
 )
@@ -100,7 +99,6 @@ __all__ = [
     "metadata_problem",
     "parse_metadata",
     "pb",
-    "plain_key_at",
     "plain_metadata",
     "publish_time",
     "repack_entry",

@@ -171,34 +171,32 @@ def parse_metadata(entry: bytes) -> pb.MessageMetadata:
 # The metadata of a plain message as the official client writes it, after producer_name:
 # sequence_id and publish_time as varints of at most nine bytes, a partition key's tag next
 # if it has one.
-_PLAIN_METADATA_TAIL = re.compile(
+PLAIN_METADATA_TAIL = re.compile(
     rb"\x10[\x80-\xff]{0,8}[\x00-\x7f]\x18[\x80-\xff]{0,8}[\x00-\x7f]"
 ).match
 
 
-def plain_key_at(entry: bytes) -> int | None:
-    """Where the entry's partition key starts if its metadata has the plain layout (0 if it
-    has no key; the key ends the metadata), else None.
+def plain_metadata(entry: bytes) -> bool:
+    """Whether the entry's metadata is exactly producer_name (under 128 bytes), sequence_id,
+    publish_time, any properties (each a key and a value, in that order, under 128 bytes
+    together) and optionally partition_key (under 128 bytes), in that order.
 
-    The plain layout: exactly producer_name (under 128 bytes), sequence_id, publish_time, any
-    properties (each a key and a value, in that order, under 128 bytes together) and
-    optionally partition_key (under 128 bytes), in that order. Protobuf accepts every such
-    metadata (proto2 does not check strings are UTF-8), and its routing key is the partition
-    key: most SENDs are checked, and most keys read, without a parse.
+    Protobuf accepts every such metadata (proto2 does not check strings are UTF-8): most
+    SENDs are checked without a parse. False says nothing either way.
     """
     size = len(entry)
     if size < 6 or entry[4] != 0x0A or entry[5] >= 0x80:
-        return None
+        return False
     end = 4 + _U32.unpack_from(entry, 0)[0]
     if end > size:
-        return None
-    match = _PLAIN_METADATA_TAIL(entry, 6 + entry[5], end)
+        return False
+    match = PLAIN_METADATA_TAIL(entry, 6 + entry[5], end)
     if match is None:
-        return None
+        return False
     at = match.end()
     while at < end and entry[at] == 0x22:  # a property: 0x22 size 0x0A key-size key 0x12 ...
         if at + 6 > end:
-            return None
+            return False
         stop = at + 2 + entry[at + 1]
         value_at = at + 4 + entry[at + 3]
         if (
@@ -211,25 +209,16 @@ def plain_key_at(entry: bytes) -> int | None:
             or entry[value_at + 1] >= 0x80
             or value_at + 2 + entry[value_at + 1] != stop
         ):
-            return None
+            return False
         at = stop
     if at == end:
-        return 0
-    key_at = at + 2
-    if (
-        key_at <= end
-        and entry[at] == 0x32
+        return True
+    return (
+        entry[at] == 0x32
+        and at + 1 < end
         and entry[at + 1] < 0x80
-        and key_at + entry[at + 1] == end
-    ):
-        return key_at
-    return None
-
-
-def plain_metadata(entry: bytes) -> bool:
-    """Whether the entry's metadata has the plain layout (see :func:`plain_key_at`); False
-    says nothing either way."""
-    return plain_key_at(entry) is not None
+        and (at + 2 + entry[at + 1] == end)
+    )
 
 
 def metadata_problem(entry: bytes) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import struct
 
-from brokerlet.transport.protocol._payload import plain_key_at
+from brokerlet.transport.protocol._payload import PLAIN_METADATA_TAIL
 
 __all__ = ["deliver_at_time", "publish_time", "sticky_key"]
 
@@ -117,11 +117,21 @@ def sticky_key(entry: bytes) -> bytes | None:
     end = 4 + _U32.unpack_from(entry, 0)[0]
     if end > size:
         return None
-    key_at = plain_key_at(entry)
-    if key_at:  # the plain layout, with a partition key (which ends the metadata)
-        key = entry[key_at:end]
-        if key.isascii():
-            return key
+    if end > 6 and entry[4] == 0x0A and entry[5] < 0x80:
+        # The common layout in a few C calls: producer_name, sequence_id, publish_time and
+        # a partition key of under 128 bytes that ends the metadata.
+        plain = PLAIN_METADATA_TAIL(entry, 6 + entry[5], end)
+        if plain is not None:
+            tag_at = plain.end()
+            if (
+                tag_at + 1 < end
+                and entry[tag_at] == 0x32
+                and entry[tag_at + 1] < 0x80
+                and tag_at + 2 + entry[tag_at + 1] == end
+            ):
+                key = entry[tag_at + 2 : end]
+                if key.isascii():
+                    return key
     return _walk(entry, end)
 
 
