@@ -33,12 +33,19 @@ class RawConnection:
         self.sock.sendall(encode_command(command))
         return self.read(1)[0]
 
-    def subscribe(self, topic: str, subscription: str, consumer_id: int = 1) -> None:
-        """A Shared consumer on ``subscription`` (from the earliest entry); waits for SUCCESS."""
+    def subscribe(
+        self,
+        topic: str,
+        subscription: str,
+        consumer_id: int = 1,
+        sub_type: pb.CommandSubscribe.SubType.ValueType = pb.CommandSubscribe.Shared,
+    ) -> None:
+        """A consumer (Shared unless ``sub_type`` says) on ``subscription`` (from the earliest
+        entry); waits for SUCCESS."""
         subscribe = pb.CommandSubscribe(
             topic=topic,
             subscription=subscription,
-            sub_type=pb.CommandSubscribe.Shared,
+            sub_type=sub_type,
             consumer_id=consumer_id,
             request_id=1,
             initial_position=pb.CommandSubscribe.Earliest,

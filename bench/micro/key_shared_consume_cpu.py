@@ -13,13 +13,13 @@ as the other micro-benchmarks.
 
 from __future__ import annotations
 
-import random
 import uuid
 
 from bench.micro.broker_cpu import run
+from bench.micro.produce_cpu import measure as produce
 from bench.rawsocket import RawConnection
 from brokerlet.testing.process import ChildBroker
-from brokerlet.transport.protocol import build_entry, encode_ack, encode_flow, encode_send, pb
+from brokerlet.transport.protocol import encode_ack, encode_flow, pb
 
 __all__ = ["main", "measure"]
 
@@ -28,7 +28,6 @@ CONSUMERS = 20
 KEYS = 1_000
 _QUEUE = 1000
 _ACK_GROUP = 100
-_WINDOW = 1000
 
 
 def measure(broker: ChildBroker, messages: int) -> float:
@@ -37,18 +36,8 @@ def measure(broker: ChildBroker, messages: int) -> float:
     topic = f"persistent://public/default/ks-consume-{uuid.uuid4().hex[:8]}"
     consumers = RawConnection(broker.service_url, "cpu-bench")
     for consumer_id in range(1, CONSUMERS + 1):
-        subscribe = pb.CommandSubscribe(
-            topic=topic,
-            subscription="bench",
-            sub_type=pb.CommandSubscribe.Key_Shared,
-            consumer_id=consumer_id,
-            request_id=consumer_id,
-            initial_position=pb.CommandSubscribe.Earliest,
-        )
-        reply = consumers.request(T(type=T.SUBSCRIBE, subscribe=subscribe))
-        if reply.type != T.SUCCESS:
-            raise RuntimeError(f"SUBSCRIBE failed: {reply}")
-    _produce(broker, topic, messages)
+        consumers.subscribe(topic, "bench", consumer_id, pb.CommandSubscribe.Key_Shared)
+    produce(broker, messages, topic, keys=[f"key-{number:04d}" for number in range(KEYS)])
     before = broker.cpu_seconds()
     ids = range(1, CONSUMERS + 1)
     consumers.sock.sendall(b"".join(encode_flow(consumer_id, _QUEUE) for consumer_id in ids))
@@ -79,34 +68,6 @@ def measure(broker: ChildBroker, messages: int) -> float:
     cpu = broker.cpu_seconds() - before
     consumers.close()
     return cpu / messages * 1e6
-
-
-def _produce(broker: ChildBroker, topic: str, messages: int) -> None:
-    """Store ``messages`` unbatched 128 B messages, each with one of :data:`KEYS` keys."""
-    connection = RawConnection(broker.service_url, "cpu-bench")
-    producer = pb.CommandProducer(topic=topic, producer_id=1, request_id=1)
-    reply = connection.request(T(type=T.PRODUCER, producer=producer))
-    if reply.type != T.PRODUCER_SUCCESS:
-        raise RuntimeError(f"PRODUCER failed: {reply}")
-    rng = random.Random(19)
-    keys = [f"key-{number:04d}" for number in range(KEYS)]
-    frames = []
-    for sequence_id in range(messages):
-        metadata = pb.MessageMetadata(
-            producer_name="cpu-bench",
-            sequence_id=sequence_id,
-            publish_time=1,
-            partition_key=rng.choice(keys),
-        )
-        frames.append(b"".join(encode_send(1, sequence_id, 1, build_entry(metadata, b"x" * 128))))
-    sent = receipted = 0
-    while receipted < messages:
-        if sent < messages and sent - receipted < _WINDOW:
-            batch = frames[sent : min(messages, receipted + _WINDOW)]
-            connection.sock.sendall(b"".join(batch))
-            sent += len(batch)
-        receipted += sum(1 for command in connection.read(1) if command.type == T.SEND_RECEIPT)
-    connection.close()
 
 
 def main() -> None:

@@ -12,7 +12,9 @@ Prints figures, never asserts them. ``--source DIR`` runs the broker from anothe
 
 from __future__ import annotations
 
+import random
 import uuid
+from collections.abc import Sequence
 
 from bench.micro.broker_cpu import run
 from bench.rawsocket import RawConnection
@@ -25,13 +27,18 @@ T = pb.BaseCommand
 _WINDOW = 1000
 
 
-def _entry() -> bytes:
+def _entry(key: str | None = None) -> bytes:
     metadata = pb.MessageMetadata(producer_name="cpu-bench", sequence_id=0, publish_time=1)
+    if key is not None:
+        metadata.partition_key = key
     return build_entry(metadata, b"x" * 128)
 
 
-def measure(broker: ChildBroker, messages: int, topic: str | None = None) -> float:
-    """Send ``messages`` SENDs to ``topic`` (None: a new one); the broker's CPU µs per message."""
+def measure(
+    broker: ChildBroker, messages: int, topic: str | None = None, keys: Sequence[str] = ()
+) -> float:
+    """Send ``messages`` SENDs to ``topic`` (None: a new one), each with one of ``keys`` (drawn
+    by a seeded random) if any; the broker's CPU µs per message."""
     connection = RawConnection(broker.service_url, "cpu-bench")
     if topic is None:
         topic = f"persistent://public/default/cpu-{uuid.uuid4().hex[:8]}"
@@ -39,8 +46,12 @@ def measure(broker: ChildBroker, messages: int, topic: str | None = None) -> flo
     reply = connection.request(T(type=T.PRODUCER, producer=producer))
     if reply.type != T.PRODUCER_SUCCESS:
         raise RuntimeError(f"PRODUCER failed: {reply}")
-    entry = _entry()
-    frames = [b"".join(encode_send(1, i, 1, entry)) for i in range(messages)]
+    if keys:
+        rng = random.Random(19)
+        entries = [_entry(rng.choice(keys)) for _ in range(messages)]
+    else:
+        entries = [_entry()] * messages
+    frames = [b"".join(encode_send(1, i, 1, entry)) for i, entry in enumerate(entries)]
     before = broker.cpu_seconds()
     sent = received = 0
     while received < messages:
