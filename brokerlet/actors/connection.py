@@ -297,7 +297,7 @@ class ConnectionActor(GeventActor):
     # Commands.
 
     def _received(self, frames: list[Frame]) -> None:
-        sends: list[tuple[SendFields, bytes]] = []
+        sends: list[tuple[SendFields, Frame]] = []
         for frame in frames:
             kind = frame.type
             if not self.connected and kind != T.CONNECT:
@@ -323,8 +323,9 @@ class ConnectionActor(GeventActor):
                 continue
             if kind == T.SEND:
                 # frame.send: the fast decoder's fields; the protobuf command is not built.
-                if frame.payload is not None and frame.send is not None:
-                    sends.append((frame.send, frame.payload))
+                send = frame.send
+                if send is not None:
+                    sends.append((send, frame))
                     if len(sends) >= SEND_SLICE:
                         # A 64 KiB chunk holds ~400 small SENDs, ~6 ms of work: hand over
                         # a slice, then let the hub run timers and other connections.
@@ -689,7 +690,7 @@ class ConnectionActor(GeventActor):
             )
         )
 
-    def _sends(self, sends: list[tuple[SendFields, bytes]]) -> bool:
+    def _sends(self, sends: list[tuple[SendFields, Frame]]) -> bool:
         """Append a slice of SENDs: one Append per producer, its SENDs in their order.
 
         Grouped by producer, not by runs of one producer: a partitioned producer's
@@ -702,7 +703,7 @@ class ConnectionActor(GeventActor):
         producer: _Producer | None = None
         items: list[AppendItem] = []
         max_size = self.settings.max_message_size
-        for send, payload in sends:
+        for send, frame in sends:
             # Unpacked once: a NamedTuple's fields by name cost a descriptor call each.
             producer_id, sequence_id, num_messages, highest = send
             if producer is None or producer_id != producer.producer_id:
@@ -718,7 +719,8 @@ class ConnectionActor(GeventActor):
                 self._disconnect(f"malformed SEND: num_messages {num_messages}")
                 return False
             try:
-                data, checksum, checksum_ok = decode_payload(payload)
+                # The frame decoder split the usual layout already; anything else is here.
+                data, checksum, checksum_ok = frame.section or decode_payload(frame.payload or b"")
             except ProtocolError as error:
                 self._disconnect(f"malformed SEND payload: {error.reason}")
                 return False

@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError, Message
 from brokerlet.transport.protocol import pulsar_pb2 as pb
 from brokerlet.transport.protocol._errors import ProtocolError
 from brokerlet.transport.protocol._fast import SendFields, decode_send
-from brokerlet.transport.protocol._payload import MAGIC_CRC32C
+from brokerlet.transport.protocol._payload import MAGIC_CRC32C, Payload, split_checksummed
 from brokerlet.transport.protocol._proto import merge_from, missing_fields
 from brokerlet.transport.protocol._text import invalid_text_field
 
@@ -76,12 +76,15 @@ class Frame:
         type: The command's type (a ``pb.BaseCommand.Type`` value).
         payload: The raw payload section (see ``decode_payload``) for SEND and MESSAGE;
             None for every other command.
+        section: For a SEND the fast decoder took, its payload section already split
+            (what ``decode_payload(payload)`` returns) when it has the usual layout; else
+            None. ``payload`` is then rebuilt only if it is read.
         send: For a SEND, the fields the broker acts on; None for every other command.
         invalid_text: The path of a string field that is not valid UTF-8 (for example
             ``producer.topic``), or None; the receiver refuses such a command.
     """
 
-    __slots__ = ("_command", "_raw", "invalid_text", "payload", "send", "type")
+    __slots__ = ("_command", "_payload", "_raw", "invalid_text", "section", "send", "type")
 
     def __init__(
         self,
@@ -94,7 +97,8 @@ class Frame:
         self._command: pb.BaseCommand | None = command
         self._raw = b""
         self.type: int = command.type if type_value is None else type_value
-        self.payload = payload
+        self._payload = payload
+        self.section: Payload | None = None
         self.invalid_text = invalid_text
         self.send: SendFields | None = None
         if self.type == _SEND:
@@ -103,16 +107,28 @@ class Frame:
             self.send = SendFields(send.producer_id, send.sequence_id, send.num_messages, highest)
 
     @classmethod
-    def _of_send(cls, raw: bytes, send: SendFields, payload: bytes) -> Frame:
+    def _of_send(
+        cls, raw: bytes, send: SendFields, section: Payload | None, payload: bytes | None
+    ) -> Frame:
         """A SEND decoded by `decode_send`; its protobuf object is built only if asked for."""
         frame = cls.__new__(cls)
         frame._command = None
         frame._raw = raw
         frame.type = _SEND
-        frame.payload = payload
+        frame._payload = payload
+        frame.section = section
         frame.send = send
         frame.invalid_text = None  # SEND's strings are never read (see _text.SKIPPED_TYPES)
         return frame
+
+    @property
+    def payload(self) -> bytes | None:
+        payload = self._payload
+        if payload is None and self.section is not None:
+            # Only the checksum layout is split early, so it is the section's exact bytes.
+            entry, checksum, _ = self.section
+            payload = self._payload = _CHECKSUM_HEADER.pack(MAGIC_CRC32C, checksum) + entry
+        return payload
 
     @property
     def command(self) -> pb.BaseCommand:
@@ -245,13 +261,16 @@ class FrameDecoder:
                     raw = bytes(view[offset + 8 : command_end])
                     send = decode_send(raw)
                     if send is not None:
-                        frames.append(Frame._of_send(raw, send, bytes(view[command_end:frame_end])))
+                        # The entry is copied out of the buffer once, not via the section.
+                        section = split_checksummed(view, command_end, frame_end)
+                        payload = None if section else bytes(view[command_end:frame_end])
+                        frames.append(Frame._of_send(raw, send, section, payload))
                         offset = frame_end
                         continue
                 serialized = view[offset + 8 : command_end]
                 command, type_value = _decode_command(serialized)
                 if type_value in _PAYLOAD_TYPES:
-                    payload: bytes | None = bytes(view[command_end:frame_end])
+                    payload = bytes(view[command_end:frame_end])
                 elif command_end != frame_end:
                     raise ProtocolError(
                         f"{frame_end - command_end} unexpected bytes after a "

@@ -35,6 +35,7 @@ __all__ = [
     "metadata_problem",
     "parse_metadata",
     "split_batch",
+    "split_checksummed",
 ]
 
 MAGIC_CRC32C = 0x0E01
@@ -45,7 +46,7 @@ _U32 = struct.Struct(">I")
 _metadata_from = pb.MessageMetadata.FromString
 _MAGIC_AND_U32 = struct.Struct(">HI")
 _U32_PAIR = struct.Struct(">II")
-_CRC32C_MAGIC_BYTES = MAGIC_CRC32C.to_bytes(2, "big")
+_CRC32C_FIRST, _CRC32C_SECOND = MAGIC_CRC32C.to_bytes(2, "big")
 _as_named = tuple.__new__  # a Payload per SEND without its Python-level constructor
 
 
@@ -95,12 +96,9 @@ def decode_payload(data: bytes) -> Payload:
         ProtocolError: The section is truncated or its metadata size points past its end.
     """
     size = len(data)
-    if data[:2] == _CRC32C_MAGIC_BYTES and size >= 10:
-        # What every producer sends: a checksum, then the entry. One unpack, one slice.
-        sent, metadata_size = _U32_PAIR.unpack_from(data, 2)
-        if metadata_size <= size - 10:
-            entry = bytes(data[6:])
-            return _as_named(Payload, (entry, sent, _crc32c_lib.crc32c(entry) == sent))
+    section = split_checksummed(data, 0, size)
+    if section is not None:
+        return section
     offset = 0
     if size >= 2 and _U16.unpack_from(data, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
         if size < 6:
@@ -129,6 +127,20 @@ def decode_payload(data: bytes) -> Payload:
     _check_entry(entry)
     checksum = crc32c(entry) if sent_checksum is None else sent_checksum
     return Payload(entry=bytes(entry), checksum=checksum, checksum_ok=True)
+
+
+def split_checksummed(data: bytes | memoryview, start: int, end: int) -> Payload | None:
+    """`decode_payload` of ``data[start:end]`` when it is what every producer sends: a
+    checksum, then an entry whose metadata size fits. None for any other layout.
+
+    Takes the frame's buffer and the section's bounds, so the entry is copied out once.
+    """
+    if end - start >= 10 and data[start] == _CRC32C_FIRST and data[start + 1] == _CRC32C_SECOND:
+        sent, metadata_size = _U32_PAIR.unpack_from(data, start + 2)
+        if metadata_size <= end - start - 10:
+            entry = bytes(data[start + 6 : end])
+            return _as_named(Payload, (entry, sent, _crc32c_lib.crc32c(entry) == sent))
+    return None
 
 
 def _check_entry(entry: bytes | memoryview) -> int:
