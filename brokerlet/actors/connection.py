@@ -98,7 +98,6 @@ from brokerlet.transport.protocol import (
     PROTOCOL_VERSION,
     Frame,
     ProtocolError,
-    SendFields,
     command_name,
     consumer_stats_request,
     decode_payload,
@@ -297,7 +296,7 @@ class ConnectionActor(GeventActor):
     # Commands.
 
     def _received(self, frames: list[Frame]) -> None:
-        sends: list[tuple[SendFields, Frame]] = []
+        sends: list[Frame] = []
         for frame in frames:
             kind = frame.type
             if not self.connected and kind != T.CONNECT:
@@ -323,9 +322,8 @@ class ConnectionActor(GeventActor):
                 continue
             if kind == T.SEND:
                 # frame.send: the fast decoder's fields; the protobuf command is not built.
-                send = frame.send
-                if send is not None:
-                    sends.append((send, frame))
+                if frame.send is not None:
+                    sends.append(frame)
                     if len(sends) >= SEND_SLICE:
                         # A 64 KiB chunk holds ~400 small SENDs, ~6 ms of work: hand over
                         # a slice, then let the hub run timers and other connections.
@@ -690,7 +688,7 @@ class ConnectionActor(GeventActor):
             )
         )
 
-    def _sends(self, sends: list[tuple[SendFields, Frame]]) -> bool:
+    def _sends(self, sends: list[Frame]) -> bool:
         """Append a slice of SENDs: one Append per producer, its SENDs in their order.
 
         Grouped by producer, not by runs of one producer: a partitioned producer's
@@ -703,9 +701,10 @@ class ConnectionActor(GeventActor):
         producer: _Producer | None = None
         items: list[AppendItem] = []
         max_size = self.settings.max_message_size
-        for send, frame in sends:
+        for frame in sends:
             # Unpacked once: a NamedTuple's fields by name cost a descriptor call each.
-            producer_id, sequence_id, num_messages, highest = send
+            # frame.send is set: _received collects only SEND frames that have it.
+            producer_id, sequence_id, num_messages, highest = frame.send  # type: ignore[misc]
             if producer is None or producer_id != producer.producer_id:
                 run = by_producer.get(producer_id)
                 if run is None:
