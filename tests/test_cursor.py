@@ -43,6 +43,17 @@ class CursorAgainstASet(RuleBasedStateMachine):
         self._settle()
         assert self.cursor.ack_range(low, low + width) == (self.mark_delete != before)
 
+    @rule(
+        entry_ids=st.lists(IDS, max_size=40)
+        | st.tuples(IDS, st.integers(1, 40)).map(lambda run: list(range(run[0], sum(run))))
+    )
+    def ack_many(self, entry_ids: list[int]) -> None:
+        # An ACK's ids in any order, with repeats; an ascending run of them is one range.
+        before = self.mark_delete
+        self.acked.update(i for i in entry_ids if i > self.mark_delete)
+        self._settle()
+        assert self.cursor.ack_many(entry_ids) == (self.mark_delete != before)
+
     @rule(entry_id=IDS)
     def ack_cumulative(self, entry_id: int) -> None:
         moved = entry_id > self.mark_delete

@@ -180,10 +180,7 @@ class DeliveryBook:
             self._forget(self.replay.up_to(upto))
             return cursor.ack_cumulative(upto)
         self._forget(entry_ids)
-        moved = False
-        for entry_id in entry_ids:
-            moved = cursor.ack(entry_id) or moved
-        return moved
+        return cursor.ack_many(entry_ids)
 
     def partially_acked(self, entry_id: int, left: int) -> None:
         """Members of a pending batch were acked: it now counts ``left`` unacked messages."""

@@ -128,6 +128,23 @@ class Cursor:
         self._count += 1
         return False
 
+    def ack_many(self, entry_ids: list[int]) -> bool:
+        """Acknowledge entries (an ACK carries up to a thousand). Returns True when the
+        mark-delete position moved.
+
+        The ids a consumer received in order and acked as a group (the official client
+        sends them ascending) are one `ack_range`; any other list is one `ack` per id.
+        """
+        if not entry_ids:
+            return False
+        first, last = entry_ids[0], entry_ids[-1]
+        if last - first + 1 == len(entry_ids) and entry_ids == list(range(first, last + 1)):
+            return self.ack_range(first, last)
+        moved = False
+        for entry_id in entry_ids:
+            moved = self.ack(entry_id) or moved
+        return moved
+
     def ack_range(self, low: int, high: int) -> bool:
         """Acknowledge ``low..high``. Returns True when the mark-delete position moved."""
         low = max(low, self.mark_delete + 1)
