@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pulsar
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from brokerlet import Broker
 from brokerlet.config import Settings
@@ -21,7 +23,13 @@ from brokerlet.dispatch.replay import ReplaySet
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.ledger import Entry
 from brokerlet.testing.process import BrokerletProcess
-from brokerlet.transport.protocol import build_entry, deliver_at_time, pb, publish_time
+from brokerlet.transport.protocol import (
+    build_entry,
+    deliver_at_time,
+    may_deliver_later,
+    pb,
+    publish_time,
+)
 
 
 def _entry(entry_id: int, deliver_at: int | None = None) -> Entry:
@@ -44,6 +52,41 @@ def test_codec_reads_deliver_at_and_publish_time_without_a_full_decode() -> None
     metadata.deliver_at_time = -5  # bad input: deliver now
     assert deliver_at_time(build_entry(metadata, b"p")) == 0
     assert deliver_at_time(b"\x00\x00\x00\x09ab") == 0  # truncated metadata: no delay
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.none() | st.integers(-(1 << 63), (1 << 63) - 1),  # deliver_at_time
+            st.binary(max_size=8).map(lambda name: name.decode("latin-1")),  # producer name
+            st.integers(0, (1 << 64) - 1),  # publish_time, whose varint may hold the tag
+        ),
+        max_size=5,
+    ),
+    st.binary(max_size=6),  # a truncated or foreign entry after them
+)
+def test_the_read_screen_never_passes_a_read_with_a_delivery_time(
+    specs: list[tuple[int | None, str, int]], odd: bytes
+) -> None:
+    # DelayedDelivery.admit skips its per-entry reading when the screen says no entry of a
+    # read can be held: that must never be said of a read that holds one.
+    entries = []
+    for deliver_at, name, published in specs:
+        metadata = pb.MessageMetadata(producer_name=name, sequence_id=1, publish_time=published)
+        if deliver_at is not None:
+            metadata.deliver_at_time = deliver_at
+        entries.append(build_entry(metadata, b"\x98\x01"))  # the tag in a payload is no field
+    for read in (entries, [*entries, odd]):
+        if any(deliver_at_time(entry) for entry in read):
+            assert may_deliver_later(read)
+
+
+def test_a_read_without_delivery_times_passes_the_screen_whole() -> None:
+    entries = [_entry(entry_id).data for entry_id in range(3)]
+    assert not may_deliver_later(entries)
+    assert may_deliver_later([*entries, _entry(3, 10).data])
+    assert may_deliver_later([*entries, b"\x00"])  # too short to say: looked at one by one
 
 
 def test_tracker_orders_by_time_and_releases_only_what_is_due() -> None:

@@ -16,18 +16,20 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable
+from operator import attrgetter
 
 from brokerlet.config import Settings
 from brokerlet.dispatch.replay import ReplaySet
 from brokerlet.dispatch.strategy import WakeAfter
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.ledger import Entry
-from brokerlet.transport.protocol import deliver_at_time
+from brokerlet.transport.protocol import deliver_at_time, may_deliver_later
 
 __all__ = ["MAX_WAKE_MS", "DelayTracker", "DelayedDelivery"]
 
 _ID_BITS = 48  # an entry id below 2**48; the delivery time sits above it
 _ID_MASK = (1 << _ID_BITS) - 1
+_DATA = attrgetter("data")
 MAX_WAKE_MS = 3_600_000.0
 """Longest single wait: an entry due years ahead is looked at again every hour, harmlessly."""
 
@@ -118,6 +120,8 @@ class DelayedDelivery:
     def admit(self, entries: list[Entry], *, replay: bool) -> list[Entry]:
         if replay or not self._enabled or not self._applies():
             return entries  # a replayed entry was due already (or is a redelivery)
+        if not may_deliver_later(map(_DATA, entries)):
+            return entries
         now = int(self._clock() * 1000)
         cutoff = now + self._tick  # Pulsar's non-strict cut-off: due within a tick, now
         kept: list[Entry] = []

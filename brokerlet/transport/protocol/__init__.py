@@ -60,7 +60,12 @@ from brokerlet.transport.protocol._replies import (
     encode_ack_response,
     encode_consumer_stats_response,
 )
-from brokerlet.transport.protocol._scan import deliver_at_time, publish_time, sticky_key
+from brokerlet.transport.protocol._scan import (
+    deliver_at_time,
+    may_deliver_later,
+    publish_time,
+    sticky_key,
+)
 
 __all__ = [
     "MAGIC_BROKER_ENTRY_METADATA",
@@ -96,6 +101,7 @@ __all__ = [
     "encode_send",
     "encode_send_receipt",
     "encode_send_receipts",
+    "may_deliver_later",
     "metadata_problem",
     "parse_metadata",
     "pb",

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import base64
 import struct
+from collections.abc import Iterable
 
 from brokerlet.transport.protocol._payload import PLAIN_METADATA_TAIL
 
-__all__ = ["deliver_at_time", "publish_time", "sticky_key"]
+__all__ = ["deliver_at_time", "may_deliver_later", "publish_time", "sticky_key"]
 
 _U32 = struct.Struct(">I")
 _DELIVER_AT_TAG = b"\x98\x01"  # field 19, varint
@@ -86,6 +87,23 @@ def deliver_at_time(entry: bytes) -> int:
     if value is None or value >= 1 << 63:
         return 0
     return value
+
+
+def may_deliver_later(entries: Iterable[bytes]) -> bool:
+    """False when no entry of ``entries`` has a ``deliver_at_time``; True says only "look
+    at each with `deliver_at_time`" (the tag bytes may sit inside another field).
+
+    `deliver_at_time`'s first test for a whole read without a call per entry: most reads
+    hold no delayed message.
+    """
+    unpack = _U32.unpack_from
+    try:
+        for entry in entries:
+            if entry.find(_DELIVER_AT_TAG, 4, 4 + unpack(entry, 0)[0]) >= 0:
+                return True
+    except struct.error:
+        return True  # shorter than a metadata size: let the per-entry reading decide
+    return False
 
 
 _PRODUCER_NAME = 1
