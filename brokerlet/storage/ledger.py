@@ -68,8 +68,8 @@ _as_entry = tuple.__new__  # Entry from a tuple of its fields, without its Pytho
 def count_within(data: Sequence[bytes], max_bytes: int) -> int:
     """How many of the first items of ``data`` fit in ``max_bytes`` together, but at least
     one; all of them when ``max_bytes`` is 0 or less (a read's byte limit, ``Ledger.read``)."""
-    if max_bytes <= 0:
-        return len(data)
+    if max_bytes <= 0 or sum(map(len, data)) <= max_bytes:
+        return len(data)  # the usual read: all of it fits, summed in C
     total = 0
     for count, item in enumerate(data):
         total += len(item)
