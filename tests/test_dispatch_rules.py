@@ -16,6 +16,8 @@ from typing import Any
 import gevent.event
 import pykka
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from brokerlet.actors import stats_reader
 from brokerlet.actors._runtime import GeventActor
@@ -96,6 +98,41 @@ def test_shared_hands_out_round_robin_chunks_within_each_budget() -> None:
         ("a", [7, 8]),
     ]
     assert held == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(1, 10), max_size=30),  # each entry's messages (a batch: several)
+    st.lists(st.integers(0, 40), min_size=1, max_size=3),  # each consumer's permits
+    st.integers(1, 12),  # the chunk
+)
+def test_in_order_chunks_fill_each_budget_as_the_entry_by_entry_rule_does(
+    counts: list[int], permits: list[int], chunk: int
+) -> None:
+    # The rule (InOrderChunks.assign before it summed chunks in C): entries go to a consumer
+    # while the messages before each are under its budget, at least one, at most `chunk`.
+    book = make_book()
+    for index, granted in enumerate(permits):
+        join(book, f"c{index}", SHARED, permits=granted)
+    read = [Entry(1, i, b"x", 0, n) for i, n in enumerate(counts)]
+    deliver = Recorder(book)
+    held = SharedStrategy(book, chunk=chunk).assign(read, deliver, replay=False)
+    budgets = {f"c{i}": granted for i, granted in enumerate(permits)}
+    index = 0
+    for name, ids in deliver.batches:
+        expected: list[int] = []
+        messages = 0
+        while (
+            index < len(read)
+            and len(expected) < chunk
+            and (messages < budgets[name] or not expected)
+        ):
+            expected.append(index)
+            messages += counts[index]
+            index += 1
+        assert ids == expected
+        budgets[name] -= messages
+    assert [entry.entry_id for entry, _ in held] == list(range(index, len(read)))
 
 
 def test_skip_settled_drops_entries_acked_ahead_of_a_read_and_keeps_the_rest() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from brokerlet.actors.errors import BrokerError
@@ -36,6 +37,8 @@ __all__ = [
     "Strategy",
     "WakeAfter",
 ]
+
+_MESSAGES = attrgetter("num_messages")
 
 SHARED = pb.CommandSubscribe.Shared
 EXCLUSIVE = pb.CommandSubscribe.Exclusive
@@ -220,12 +223,21 @@ class InOrderChunks(Strategy):
             if consumer is None:
                 break
             budget = budget_of(consumer)
-            batch: list[Entry] = []
-            messages = 0
-            while index < count and len(batch) < chunk and (messages < budget or not batch):
-                entry = entries[index]
-                batch.append(entry)
-                messages += entry.num_messages
-                index += 1
+            batch = entries[index : index + chunk]
+            messages = sum(map(_MESSAGES, batch))
+            if len(batch) > 1 and messages - batch[-1].num_messages >= budget:
+                batch, messages = _within_budget(batch, budget)
+            index += len(batch)
             deliver(consumer, batch, messages)
         return [(entry, 0) for entry in entries[index:]]
+
+
+def _within_budget(batch: list[Entry], budget: int) -> tuple[list[Entry], int]:
+    """The first entries of ``batch`` while the messages before each are under ``budget``
+    (at least one: a batch entry may take a consumer past its permits), and their messages."""
+    messages = 0
+    for taken, entry in enumerate(batch):
+        if taken and messages >= budget:
+            return batch[:taken], messages
+        messages += entry.num_messages
+    return batch, messages
