@@ -309,8 +309,7 @@ def encode_messages(
     pieces: list[bytes] = []
     ledger_id = -1
     ledger = b""
-    id_size = 0
-    first = None
+    id_size = 0  # of the first-delivery layout in hand (0: none yet)
     for entry, redelivery_count in zip(entries, redelivery_counts, strict=True):
         data = entry.data
         if entry.ledger_id != ledger_id:
@@ -332,10 +331,11 @@ def encode_messages(
             )
         else:
             # Nearly every delivery: one pack for everything before the entry.
-            if len(entry_id) != id_size or first is None:
+            if len(entry_id) != id_size:
                 id_size = len(entry_id)
-                first = _first_delivery((consumer_id, ledger_id, id_size, consumer_epoch))
-            pack, before, after, overhead = first
+                pack, before, after, overhead = _first_delivery(
+                    (consumer_id, ledger_id, id_size, consumer_epoch)
+                )
             pieces.append(pack(overhead + len(data), before, entry_id, after, entry.checksum))
         if len(data) <= COPY_LIMIT:
             pieces.append(data)
