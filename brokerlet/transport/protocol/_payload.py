@@ -183,9 +183,8 @@ def parse_metadata(entry: bytes) -> pb.MessageMetadata:
 # The metadata of a plain message as the official client writes it, after producer_name:
 # sequence_id and publish_time as varints of at most nine bytes, a partition key's tag next
 # if it has one.
-PLAIN_METADATA_TAIL = re.compile(
-    rb"\x10[\x80-\xff]{0,8}[\x00-\x7f]\x18[\x80-\xff]{0,8}[\x00-\x7f]"
-).match
+PLAIN_METADATA_FIELDS = rb"\x10[\x80-\xff]{0,8}[\x00-\x7f]\x18[\x80-\xff]{0,8}[\x00-\x7f]"
+_PLAIN_METADATA_TAIL = re.compile(PLAIN_METADATA_FIELDS).match
 
 
 def plain_metadata(entry: bytes) -> bool:
@@ -202,7 +201,7 @@ def plain_metadata(entry: bytes) -> bool:
     end = 4 + _U32.unpack_from(entry, 0)[0]
     if end > size:
         return False
-    match = PLAIN_METADATA_TAIL(entry, 6 + entry[5], end)
+    match = _PLAIN_METADATA_TAIL(entry, 6 + entry[5], end)
     if match is None:
         return False
     at = match.end()

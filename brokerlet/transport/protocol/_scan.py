@@ -8,10 +8,11 @@ rest of dispatch. These walk the metadata's wire format to the one field and sto
 from __future__ import annotations
 
 import base64
+import re
 import struct
 from collections.abc import Iterable
 
-from brokerlet.transport.protocol._payload import PLAIN_METADATA_TAIL
+from brokerlet.transport.protocol._payload import PLAIN_METADATA_FIELDS
 
 __all__ = ["deliver_at_time", "may_deliver_later", "publish_time", "sticky_key"]
 
@@ -114,6 +115,10 @@ _PARTITION_KEY_B64 = 17
 _ORDERING_KEY = 18
 
 
+# The plain layout with a partition key (field 6) last: its size byte, then the key.
+_PLAIN_KEYED = re.compile(PLAIN_METADATA_FIELDS + rb"\x32([\x00-\x7f])([\x00-\x7f]*)").fullmatch
+
+
 def sticky_key(entry: bytes) -> bytes | None:
     """The Key_Shared routing key of a stored entry, read off its metadata's wire format.
 
@@ -137,19 +142,12 @@ def sticky_key(entry: bytes) -> bytes | None:
         return None
     if end > 6 and entry[4] == 0x0A and entry[5] < 0x80:
         # The common layout in a few C calls: producer_name, sequence_id, publish_time and
-        # a partition key of under 128 bytes that ends the metadata.
-        plain = PLAIN_METADATA_TAIL(entry, 6 + entry[5], end)
+        # an ASCII partition key of under 128 bytes that ends the metadata.
+        plain = _PLAIN_KEYED(entry, 6 + entry[5], end)
         if plain is not None:
-            tag_at = plain.end()
-            if (
-                tag_at + 1 < end
-                and entry[tag_at] == 0x32
-                and entry[tag_at + 1] < 0x80
-                and tag_at + 2 + entry[tag_at + 1] == end
-            ):
-                key = entry[tag_at + 2 : end]
-                if key.isascii():
-                    return key
+            key_size, key = plain.groups()
+            if len(key) == key_size[0]:
+                return key
     return _walk(entry, end)
 
 
