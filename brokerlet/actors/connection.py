@@ -97,6 +97,7 @@ from brokerlet.transport.protocol import (
     PONG_FRAME,
     PROTOCOL_VERSION,
     Frame,
+    Payload,
     ProtocolError,
     command_name,
     consumer_stats_request,
@@ -719,44 +720,65 @@ class ConnectionActor(GeventActor):
                 return False
             try:
                 # The frame decoder split the usual layout already; anything else is here.
-                data, checksum, checksum_ok = frame.section or decode_payload(frame.payload or b"")
+                section = frame.section or decode_payload(frame.payload or b"")
             except ProtocolError as error:
                 self._disconnect(f"malformed SEND payload: {error.reason}")
                 return False
             if highest is None:
                 highest = sequence_id
-            entry = None
-            refusal = None
-            if not checksum_ok:
-                log.warning(
-                    "%s: checksum mismatch on SEND %d of producer %s",
-                    self.peer,
-                    sequence_id,
-                    producer.name,
-                )
-            elif len(data) > max_size and not _is_chunk(data):
-                # The frame limit leaves room for the command; the message itself may not.
-                refusal = (
-                    pb.NotAllowedError,
-                    f"Exceed maximum message size: {len(data)} > {max_size} bytes",
-                )
+            data, checksum, checksum_ok = section
+            if checksum_ok and len(data) <= max_size and plain_metadata(data):
+                # Nearly every SEND: the official client's plain layout needs no parse.
+                entry = _as_named(NewEntry, (data, checksum, num_messages))
+                items.append(_as_named(AppendItem, (sequence_id, highest, entry, None)))
             else:
-                # The official client's plain layout needs no parse: no call chain for it.
-                refusal = None if plain_metadata(data) else _metadata_refusal(data)
-                if refusal is None:
-                    entry = _as_named(NewEntry, (data, checksum, num_messages))
-            if refusal is not None:
-                self._refused.warn(
-                    "%s: refused SEND %d of producer %s: %s",
-                    self.peer,
-                    sequence_id,
-                    producer.name,
-                    refusal[1],
+                items.append(
+                    self._unusual_send(producer, sequence_id, highest, num_messages, section)
                 )
-            items.append(_as_named(AppendItem, (sequence_id, highest, entry, refusal)))
         for producer, items in by_producer.values():
             self._append(producer, items)
         return True
+
+    def _unusual_send(
+        self,
+        producer: _Producer,
+        sequence_id: int,
+        highest: int,
+        num_messages: int,
+        section: Payload,
+    ) -> AppendItem:
+        """The append item of a SEND off the plain path: a checksum mismatch (answered as
+        one), a message over the size limit, or metadata of another layout (parsed)."""
+        data, checksum, checksum_ok = section
+        max_size = self.settings.max_message_size
+        entry = None
+        refusal = None
+        if not checksum_ok:
+            log.warning(
+                "%s: checksum mismatch on SEND %d of producer %s",
+                self.peer,
+                sequence_id,
+                producer.name,
+            )
+        elif len(data) > max_size and not _is_chunk(data):
+            # The frame limit leaves room for the command; the message itself may not.
+            refusal = (
+                pb.NotAllowedError,
+                f"Exceed maximum message size: {len(data)} > {max_size} bytes",
+            )
+        else:
+            refusal = _metadata_refusal(data)
+            if refusal is None:
+                entry = _as_named(NewEntry, (data, checksum, num_messages))
+        if refusal is not None:
+            self._refused.warn(
+                "%s: refused SEND %d of producer %s: %s",
+                self.peer,
+                sequence_id,
+                producer.name,
+                refusal[1],
+            )
+        return _as_named(AppendItem, (sequence_id, highest, entry, refusal))
 
     def _append(self, producer: _Producer, items: list[AppendItem]) -> None:
         append = Append(self.actor_ref, producer.producer_id, items)
