@@ -5,17 +5,25 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import pulsar
 import pytest
 import requests
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from brokerlet import Broker
+from brokerlet.actors.messages import AddProducer, AppendItem, Receipt
+from brokerlet.config import load_settings
+from brokerlet.producers import hooks
 from brokerlet.producers.dedup import Deduplication, Verdict
+from brokerlet.storage import MemoryLedger, NewEntry
 from brokerlet.testing.process import BrokerletProcess
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient
 from brokerlet.testing.waiting import wait_until
-from brokerlet.transport.protocol import pb
+from brokerlet.transport.protocol import build_entry, pb
 from tests.datarules import drain
 from tests.producer_frames import raw_producer, send_frame
 
@@ -73,6 +81,69 @@ def test_sequence_ids_above_2_63_are_negative_as_java_longs() -> None:
     assert fresh.check("q", 2**64 - 3, 2**64 - 3) is Verdict.NEW  # no state yet: accepted
     fresh.stored("q", 2**64 - 3)
     assert fresh.last_sequence_id("q") == -3
+
+
+_ITEMS = st.lists(
+    st.tuples(
+        st.integers(0, 8) | st.just(2**64 - 2),  # sequence_id; a wrapped one now and then
+        st.integers(0, 3),  # highest_sequence_id above it by this (0: not set)
+        st.integers(1, 3),  # messages in the entry
+        st.sampled_from(["whole"] * 6 + ["refused", "first chunk", "last chunk"]),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+def _item(sequence_id: int, above: int, messages: int, kind: str) -> AppendItem:
+    if kind == "refused":
+        return AppendItem(sequence_id, sequence_id, None, (pb.NotAllowedError, "refused"))
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=sequence_id, publish_time=1)
+    if kind.endswith("chunk"):
+        metadata.num_chunks_from_msg = 2
+        metadata.chunk_id = 1 if kind == "last chunk" else 0
+    highest = sequence_id + above if above else 0
+    return AppendItem(sequence_id, highest, NewEntry(build_entry(metadata, b"x"), 0, messages))
+
+
+def _screen_all(appends: list[tuple[list[Any], bool]], *, runs: bool) -> list[Any]:
+    producers = hooks.TopicProducers(
+        "t", MemoryLedger(1), load_settings(env={}), None, True, receipt=Receipt
+    )
+    producers.start()
+    producers.add(AddProducer("p", "peer", None, 1))
+    seen: list[Any] = []
+    last_entry = -1
+    for specs, stored in appends:
+        items = [_item(*spec) for spec in specs]
+        if runs:
+            decided, screened = producers.screen(None, 1, items)
+        else:
+            with mock.patch.object(hooks, "_ascending_run", return_value=None):
+                decided, screened = producers.screen(None, 1, items)
+        seen.append(sorted((i, r.entry_id, r.error) for i, r in decided.items()))
+        assert screened is not None
+        last_entry += len(items)
+        result = last_entry if stored else OSError("disk full")
+        producers.appended(screened, items, decided, result, last_entry)
+        dedup = producers.dedup
+        assert dedup is not None
+        seen.append((dict(dedup.pushed), dict(dedup.persisted)))
+    return seen
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_ITEMS, st.booleans()), max_size=6))
+@example([([(0, 0, 1, "whole")], True), ([(0, 0, 1, "whole")], True)])  # a stored one again
+@example([([(3, 0, 1, "whole")], False), ([(3, 1, 1, "whole")], True)])  # after a failed write
+@example([([(5, 2, 1, "whole"), (6, 0, 1, "whole")], True)])  # inside the batch before
+def test_a_run_of_new_sends_is_screened_as_one_with_the_same_verdicts(
+    appends: list[tuple[list[Any], bool]],
+) -> None:
+    # TopicProducers.screen takes an Append whose SENDs are whole and ascending in one
+    # Deduplication.check_run; every verdict and the state after must be what checking
+    # them one by one gives (MessageDeduplication.isDuplicate per message in Pulsar).
+    assert _screen_all(appends, runs=True) == _screen_all(appends, runs=False)
 
 
 def test_state_is_bounded_and_inactive_producers_are_dropped() -> None:

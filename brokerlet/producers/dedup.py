@@ -108,6 +108,21 @@ class Deduplication:
             self.pushed[name] = highest
         return Verdict.NEW
 
+    def check_run(self, name: str, first: int, highest: int) -> bool:
+        """`check` of a whole run of SENDs at once: whole messages whose ids only go up, each
+        past the highest of the one before, from ``first`` to ``highest``. They are all NEW
+        if the first is (and no id wraps to a negative long); then ``pushed`` moves to
+        ``highest`` and this answers True. False changes nothing: check them one by one."""
+        if highest >= _LONG_LIMIT:
+            return False
+        pushed = self.pushed.get(name)
+        if pushed is None:
+            pushed = self.persisted.get(name)
+        if pushed is not None and first <= pushed:
+            return False
+        self.pushed[name] = highest
+        return True
+
     def stored(self, name: str, highest: int) -> None:
         """A NEW SEND's entry is stored."""
         if highest >= _LONG_LIMIT:

@@ -48,6 +48,7 @@ class Screened:
 
     name: str
     partial: frozenset[int]  # indexes of chunks other than their message's last
+    run_highest: int | None = None  # every item new (a `check_run`): stored as one
 
 
 class TopicProducers:
@@ -220,8 +221,11 @@ class TopicProducers:
         producer = self.access.get(key)
         if producer is None:
             return _NOTHING, None
-        receipt = self.receipt
         name = producer.name
+        run_highest = _ascending_run(items)
+        if run_highest is not None and dedup.check_run(name, items[0].sequence_id, run_highest):
+            return _NOTHING, Screened(name, frozenset(), run_highest)
+        receipt = self.receipt
         decided: dict[int, Any] = {}
         partial = set()
         for index, item in enumerate(items):
@@ -265,13 +269,17 @@ class TopicProducers:
         if isinstance(result, BaseException):
             dedup.failed(name)
             return
-        count = 0
-        for index, item in enumerate(items):
-            if item.entry is None or index in decided:
-                continue
-            count += 1
-            if index not in screened.partial:
-                dedup.stored(name, _highest(item))
+        if screened.run_highest is not None:
+            count = len(items)
+            dedup.stored(name, screened.run_highest)
+        else:
+            count = 0
+            for index, item in enumerate(items):
+                if item.entry is None or index in decided:
+                    continue
+                count += 1
+                if index not in screened.partial:
+                    dedup.stored(name, _highest(item))
         if count:
             self._last_stored = max(self._last_stored, last_entry)
             if dedup.entries_stored(count):
@@ -300,6 +308,19 @@ class TopicProducers:
             "deduplicationStatus": "Disabled" if self.dedup is None else "Enabled",
             "topicEpoch": self.access.epoch,
         }
+
+
+def _ascending_run(items: Sequence[Any]) -> int | None:
+    """The highest sequence id of ``items`` when `Deduplication.check_run` can take them
+    together: every one a whole message to store (no refusal, no chunk), each id past the
+    highest of the one before. None otherwise."""
+    last = -1
+    for item in items:
+        entry = item.entry
+        if entry is None or item.sequence_id <= last or may_be_chunked(entry.data):
+            return None
+        last = _highest(item)
+    return last if last >= 0 else None
 
 
 def _highest(item: Any) -> int:
