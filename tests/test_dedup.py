@@ -19,6 +19,7 @@ from brokerlet.actors.messages import AddProducer, AppendItem, Receipt
 from brokerlet.config import load_settings
 from brokerlet.producers import hooks
 from brokerlet.producers.dedup import Deduplication, Verdict
+from brokerlet.producers.state import may_be_chunked
 from brokerlet.storage import MemoryLedger, NewEntry
 from brokerlet.testing.process import BrokerletProcess
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient
@@ -81,6 +82,14 @@ def test_sequence_ids_above_2_63_are_negative_as_java_longs() -> None:
     assert fresh.check("q", 2**64 - 3, 2**64 - 3) is Verdict.NEW  # no state yet: accepted
     fresh.stored("q", 2**64 - 3)
     assert fresh.last_sequence_id("q") == -3
+
+
+def test_the_chunk_scan_finds_chunks_in_the_metadata_only() -> None:
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1)
+    assert not may_be_chunked(build_entry(metadata, b"\xd8\x01"))  # the tag in a payload
+    metadata.num_chunks_from_msg = 3
+    metadata.chunk_id = 1
+    assert may_be_chunked(build_entry(metadata, b"x"))
 
 
 _ITEMS = st.lists(

@@ -9,6 +9,7 @@ cursor.
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Protocol
 
 import gevent.event
@@ -60,13 +61,14 @@ def is_last_chunk(metadata: pb.MessageMetadata) -> bool:
 
 
 _CHUNKS_TAG = bytes([27 << 3, 0x01])  # MessageMetadata.num_chunks_from_msg = 27, a varint
+_METADATA_SIZE = struct.Struct(">I").unpack_from
 
 
 def may_be_chunked(entry: bytes) -> bool:
     """False when the entry's metadata surely has no ``num_chunks_from_msg``: a byte scan,
-    a quarter of a full parse; True may be a false alarm (the caller then parses)."""
-    size = int.from_bytes(entry[:4], "big")
-    return _CHUNKS_TAG in entry[4 : 4 + size]
+    a quarter of a full parse; True may be a false alarm (the caller then parses). The entry
+    starts with its 4-byte metadata size, as every entry a SEND brings does."""
+    return entry.find(_CHUNKS_TAG, 4, 4 + _METADATA_SIZE(entry)[0]) >= 0
 
 
 def sequence_of(metadata: pb.MessageMetadata) -> int:
