@@ -303,8 +303,6 @@ def encode_messages(
     Returns:
         The buffers, to be written back to back with one vectored write.
     """
-    consumer = _consumer_prefix(consumer_id)
-    epoch = b"" if consumer_epoch is None else b"\x28" + _uint(consumer_epoch)
     buffers: list[bytes] = []
     pieces: list[bytes] = []
     ledger_id = -1
@@ -321,11 +319,11 @@ def encode_messages(
         if redelivery_count or ack_set:
             message_id = ledger + entry_id  # at most 22 bytes: one length byte
             pieces += _message_head(
-                consumer,
+                _consumer_prefix(consumer_id),
                 _ONE_BYTE_VARINTS[len(message_id)] + message_id,
                 redelivery_count,
                 ack_set,
-                epoch,
+                b"" if consumer_epoch is None else b"\x28" + _uint(consumer_epoch),
                 len(data),
                 entry.checksum,
             )
