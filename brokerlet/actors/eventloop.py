@@ -20,6 +20,7 @@ write and one completion per pass and connection, not per batch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from brokerlet.actors._runtime import GeventActor
@@ -32,6 +33,7 @@ from brokerlet.actors.messages import (
     WriteCompletion,
 )
 from brokerlet.dispatch.consumer import ConnectionHandle
+from brokerlet.transport.channel import WriteCallback
 from brokerlet.transport.protocol import encode_messages
 
 __all__ = ["EventLoopActor"]
@@ -47,9 +49,9 @@ class EventLoopActor(GeventActor):
     def on_receive(self, message: Any) -> None:
         kind = message.__class__
         if kind is SendMessages:
-            self._send_messages(message)
+            self._write((message,), _Written(message.completion))
         elif kind is SendMessageBatches:
-            self._send_batches(message.batches)
+            self._write(message.batches, _written(message.batches))
         elif kind is WritabilityChanged:
             self._writability_changed(message.connection)
         elif kind is WriteAfterMessages:
@@ -58,33 +60,12 @@ class EventLoopActor(GeventActor):
         else:
             raise UnexpectedMessage(self, message)
 
-    def _send_messages(self, message: SendMessages) -> None:
-        consumer = message.consumer
-        connection = consumer.connection
-        if connection.closed:
-            return  # the connection's cleanup releases these entries for redelivery
-        buffers = encode_messages(
-            consumer.consumer_id,
-            message.entries,
-            message.redelivery_counts,
-            message.ack_sets,
-            message.epoch,
-        )
-        channel = connection.channel
-        channel.write(buffers, _Written(message.completion))
-        if channel.send_blocked and consumer.read_gate is not None:
-            # This write's completion, which was to request the next read, waits for the
-            # client to read: the dispatcher reads now for its other consumers.
-            consumer.read_gate.request()
-
-    def _send_batches(self, batches: list[SendMessages]) -> None:
-        """Several batches for one connection (a dispatch pass's): one write."""
+    def _write(self, batches: Sequence[SendMessages], written: WriteCallback) -> None:
+        """One write of the batches (a dispatch pass's, for one connection)."""
         connection = batches[0].consumer.connection
         if connection.closed:
             return  # the connection's cleanup releases these entries for redelivery
         buffers: list[bytes] = []
-        # Usually the one read request of the dispatcher; each barrier notice counts.
-        completions: dict[int, WriteCompletion] = {}
         for message in batches:
             buffers += encode_messages(
                 message.consumer.consumer_id,
@@ -93,14 +74,12 @@ class EventLoopActor(GeventActor):
                 message.ack_sets,
                 message.epoch,
             )
-            completions[id(message.completion)] = message.completion
         channel = connection.channel
-        if len(completions) == 1:
-            channel.write(buffers, _Written(batches[0].completion))
-        else:
-            channel.write(buffers, _AllWritten(list(completions.values())))
+        channel.write(buffers, written)
         if channel.send_blocked:
-            for message in batches:  # as in _send_messages
+            # This write's completion, which was to request the next read, waits for the
+            # client to read: the dispatchers read now for their other consumers.
+            for message in batches:
                 if message.consumer.read_gate is not None:
                     message.consumer.read_gate.request()
 
@@ -126,6 +105,15 @@ class _Written:
     def __call__(self, error: BaseException | None) -> None:
         if error is None:
             self._completion.request()
+
+
+def _written(batches: list[SendMessages]) -> WriteCallback:
+    """The write callback of several batches: usually they carry one completion (their
+    dispatcher's read request); each barrier notice counts, each distinct one once."""
+    completions = {id(message.completion): message.completion for message in batches}
+    if len(completions) == 1:
+        return _Written(batches[0].completion)
+    return _AllWritten(list(completions.values()))
 
 
 class _AllWritten:
