@@ -7,10 +7,18 @@ replies with brokerlet's own decoder, so what is measured is the broker's side o
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterable
 
-from brokerlet.transport.protocol import Frame, FrameDecoder, encode_command, pb
+from brokerlet.transport.protocol import (
+    Frame,
+    FrameDecoder,
+    encode_ack,
+    encode_command,
+    encode_flow,
+    pb,
+)
 
-__all__ = ["RawConnection"]
+__all__ = ["RawConnection", "consume"]
 
 T = pb.BaseCommand
 
@@ -70,3 +78,66 @@ class RawConnection:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def consume(
+    connection: RawConnection,
+    consumer_ids: Iterable[int],
+    messages: int,
+    *,
+    queue: int,
+    ack_group: int,
+) -> None:
+    """Receive ``messages`` MESSAGEs on ``connection``'s consumers, answering as the official
+    client does (see `_Replies`): the consume side of the micro-benchmarks."""
+    replies = _Replies(consumer_ids, queue, ack_group)
+    connection.sock.sendall(replies.first_flows())
+    received = 0
+    while received < messages:
+        for frame in connection.read_frames():
+            if frame.type != T.MESSAGE:
+                raise RuntimeError(f"unexpected frame: {frame.command}")
+            replies.received(frame.command.message)
+            received += 1
+        out = replies.due(last=received == messages)
+        if out:
+            connection.sock.sendall(out)
+
+
+class _Replies:
+    """What raw-socket consumers send back as MESSAGEs arrive, as the official client does:
+    a FLOW refilling half of each one's receiver queue, and its individual acks in groups.
+
+    Args:
+        consumer_ids: the consumers on the connection.
+        queue: each one's receiver queue (the permits of its first FLOW).
+        ack_group: acks per ACK frame.
+    """
+
+    def __init__(self, consumer_ids: Iterable[int], queue: int, ack_group: int) -> None:
+        self.queue = queue
+        self.ack_group = ack_group
+        self._since_flow = dict.fromkeys(consumer_ids, 0)
+        self._acks: dict[int, list[tuple[int, int]]] = {c: [] for c in self._since_flow}
+
+    def first_flows(self) -> bytes:
+        """Each consumer's first FLOW, for its whole queue."""
+        return b"".join(encode_flow(c, self.queue) for c in self._since_flow)
+
+    def received(self, message: pb.CommandMessage) -> None:
+        consumer_id = message.consumer_id
+        self._acks[consumer_id].append((message.message_id.ledger_id, message.message_id.entry_id))
+        self._since_flow[consumer_id] += 1
+
+    def due(self, last: bool) -> bytes:
+        """The FLOW and ACK frames due now (``last``: every ack still held, too)."""
+        out = []
+        for consumer_id, since_flow in self._since_flow.items():
+            if since_flow >= self.queue // 2:
+                out.append(encode_flow(consumer_id, since_flow))
+                self._since_flow[consumer_id] = 0
+            pending = self._acks[consumer_id]
+            if len(pending) >= self.ack_group or (pending and last):
+                out.append(encode_ack(consumer_id, pending))
+                self._acks[consumer_id] = []
+        return b"".join(out)

@@ -17,9 +17,9 @@ import uuid
 
 from bench.micro.broker_cpu import run
 from bench.micro.produce_cpu import measure as produce
-from bench.rawsocket import RawConnection
+from bench.rawsocket import RawConnection, consume
 from brokerlet.testing.process import ChildBroker
-from brokerlet.transport.protocol import encode_ack, encode_flow, pb
+from brokerlet.transport.protocol import pb
 
 __all__ = ["main", "measure"]
 
@@ -35,26 +35,7 @@ def measure(broker: ChildBroker, messages: int) -> float:
     connection.subscribe(topic, "bench")
     produce(broker, messages, topic)
     before = broker.cpu_seconds()
-    connection.sock.sendall(encode_flow(1, _QUEUE))
-    received = since_flow = 0
-    acks: list[tuple[int, int]] = []
-    while received < messages:
-        out = []
-        for frame in connection.read_frames():
-            if frame.type != T.MESSAGE:
-                raise RuntimeError(f"unexpected frame: {frame.command}")
-            message_id = frame.command.message.message_id
-            acks.append((message_id.ledger_id, message_id.entry_id))
-            received += 1
-            since_flow += 1
-        if since_flow >= _QUEUE // 2:
-            out.append(encode_flow(1, since_flow))
-            since_flow = 0
-        if len(acks) >= _ACK_GROUP or (acks and received == messages):
-            out.append(encode_ack(1, acks))
-            acks = []
-        if out:
-            connection.sock.sendall(b"".join(out))
+    consume(connection, [1], messages, queue=_QUEUE, ack_group=_ACK_GROUP)
     cpu = broker.cpu_seconds() - before
     connection.close()
     return cpu / messages * 1e6

@@ -17,9 +17,9 @@ import uuid
 
 from bench.micro.broker_cpu import run
 from bench.micro.produce_cpu import measure as produce
-from bench.rawsocket import RawConnection
+from bench.rawsocket import RawConnection, consume
 from brokerlet.testing.process import ChildBroker
-from brokerlet.transport.protocol import encode_ack, encode_flow, pb
+from brokerlet.transport.protocol import pb
 
 __all__ = ["main", "measure"]
 
@@ -39,32 +39,7 @@ def measure(broker: ChildBroker, messages: int) -> float:
         consumers.subscribe(topic, "bench", consumer_id, pb.CommandSubscribe.Key_Shared)
     produce(broker, messages, topic, keys=[f"key-{number:04d}" for number in range(KEYS)])
     before = broker.cpu_seconds()
-    ids = range(1, CONSUMERS + 1)
-    consumers.sock.sendall(b"".join(encode_flow(consumer_id, _QUEUE) for consumer_id in ids))
-    received = 0
-    since_flow = dict.fromkeys(ids, 0)
-    acks: dict[int, list[tuple[int, int]]] = {consumer_id: [] for consumer_id in ids}
-    while received < messages:
-        for frame in consumers.read_frames():
-            if frame.type != T.MESSAGE:
-                raise RuntimeError(f"unexpected frame: {frame.command}")
-            message = frame.command.message
-            acks[message.consumer_id].append(
-                (message.message_id.ledger_id, message.message_id.entry_id)
-            )
-            since_flow[message.consumer_id] += 1
-            received += 1
-        out = []
-        for consumer_id in ids:
-            if since_flow[consumer_id] >= _QUEUE // 2:
-                out.append(encode_flow(consumer_id, since_flow[consumer_id]))
-                since_flow[consumer_id] = 0
-            pending = acks[consumer_id]
-            if len(pending) >= _ACK_GROUP or (pending and received == messages):
-                out.append(encode_ack(consumer_id, pending))
-                acks[consumer_id] = []
-        if out:
-            consumers.sock.sendall(b"".join(out))
+    consume(consumers, range(1, CONSUMERS + 1), messages, queue=_QUEUE, ack_group=_ACK_GROUP)
     cpu = broker.cpu_seconds() - before
     consumers.close()
     return cpu / messages * 1e6
