@@ -28,11 +28,7 @@ __all__ = ["DeliveryBook", "EntryHooks"]
 class EntryHooks(Protocol):
     """What a selection strategy is told about entries changing hands."""
 
-    tracks_entries: bool  # False: the calls below do nothing and are skipped
-
-    def delivered(self, consumer: Consumer, batch: list[Entry]) -> None:
-        """``batch`` is now pending at ``consumer``."""
-        ...
+    tracks_entries: bool  # False: the call below does nothing and is skipped
 
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:
         """``consumer``'s pending ``entry_id`` was acked or sent back; returns its key hash
@@ -42,9 +38,6 @@ class EntryHooks(Protocol):
 
 class _NoHooks:
     tracks_entries = False
-
-    def delivered(self, consumer: Consumer, batch: list[Entry]) -> None:
-        pass
 
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:
         return 0
@@ -123,8 +116,6 @@ class DeliveryBook:
             pending[entry_id] = entry.num_messages
             redelivery.append(counts.get(entry_id, 0))
             size += len(entry.data)
-        if self.hooks.tracks_entries:
-            self.hooks.delivered(consumer, batch)
         consumer.unacked += messages
         consumer.msg_out += messages
         consumer.bytes_out += size

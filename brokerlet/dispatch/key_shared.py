@@ -123,7 +123,6 @@ class KeySharedRules:
             lambda _hash: on_unblocked()
         )
         self.pending_hashes: dict[int, int] = {}  # entry id -> hash, for pending entries
-        self._key_hashes: dict[int, int] = {}  # cache for entries read but not yet pending
         self._ranges_of: tuple[object, dict[Consumer, list[HashRange]]] = (None, {})
         self._unparseable_logged = False
 
@@ -181,29 +180,28 @@ class KeySharedRules:
     # Hashes of entries.
 
     def key_hash(self, entry: Entry) -> int:
-        """The entry's sticky-key hash, cached until it is pending or forgotten."""
+        """The entry's sticky-key hash."""
         return self.key_hashes((entry,))[0]
 
-    def key_hashes(self, entries: Sequence[Entry]) -> list[int]:
-        """:meth:`key_hash` of each entry, hashing each distinct key of the read once."""
-        cached = self._key_hashes
-        # Empty after every assign (delivered entries move on, held ones are forgotten)
-        # unless a replay read brought hashes along: only then look entries up.
-        lookup = cached.get if cached else None
+    def key_hashes(self, entries: Sequence[Entry], replay: ReplaySet | None = None) -> list[int]:
+        """:meth:`key_hash` of each entry, hashing each distinct key of the read once; for a
+        replay read, the hashes the replay set kept (``replay``), each one it lacks worked out."""
+        known = [replay.key_hash(entry.entry_id) for entry in entries] if replay else None
+        if known is not None and all(known):
+            return known
         by_key: dict[bytes, int] = {}
         hashes: list[int] = []
         for entry in entries:
-            key_hash = None if lookup is None else lookup(entry.entry_id)
+            key = sticky_key(entry.data)
+            if key is None:
+                hashes.append(self._protobuf_hash(entry))
+                continue
+            key_hash = by_key.get(key)
             if key_hash is None:
-                key = sticky_key(entry.data)
-                if key is None:
-                    key_hash = self._protobuf_hash(entry)
-                else:
-                    key_hash = by_key.get(key)
-                    if key_hash is None:
-                        key_hash = by_key[key] = sticky_key_hash(key) or 1
-                cached[entry.entry_id] = key_hash
+                key_hash = by_key[key] = sticky_key_hash(key) or 1
             hashes.append(key_hash)
+        if known is not None:
+            return [kept or worked_out for kept, worked_out in zip(known, hashes, strict=True)]
         return hashes
 
     def _protobuf_hash(self, entry: Entry) -> int:
@@ -223,36 +221,12 @@ class KeySharedRules:
                 )
             return NO_KEY_HASH
 
-    def delivered(self, consumer: Consumer, entry: Entry) -> None:
-        """``entry`` is now pending at ``consumer``."""
-        self.pending_hashes[entry.entry_id] = self._key_hashes.pop(entry.entry_id, 0)
-
-    def delivered_batch(self, consumer: Consumer, batch: Iterable[Entry]) -> None:
-        """:meth:`delivered` for each entry of ``batch``."""
-        pending = self.pending_hashes
-        take = self._key_hashes.pop
-        for entry in batch:
-            entry_id = entry.entry_id
-            pending[entry_id] = take(entry_id, 0)
-
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool = False) -> int:
         """``consumer``'s pending ``entry_id`` was acked or sent back; returns its hash."""
         key_hash = self.pending_hashes.pop(entry_id, 0)
         if key_hash:
             self.draining.reduce_ref_count(consumer, key_hash, closing=closing)
         return key_hash
-
-    def remember(self, entries: Iterable[Entry], replay: ReplaySet) -> None:
-        """Reuse the hashes the replay set keeps for replayed entries."""
-        for entry in entries:
-            key_hash = replay.key_hash(entry.entry_id)
-            if key_hash:
-                self._key_hashes[entry.entry_id] = key_hash
-
-    def forget_read(self, entries: Iterable[Entry]) -> None:
-        """Entries of a read that did not become pending (they went to replay)."""
-        for entry in entries:
-            self._key_hashes.pop(entry.entry_id, None)
 
     # Reading.
 
@@ -335,12 +309,14 @@ class KeySharedRules:
     ) -> tuple[dict[Consumer, list[Entry]], list[tuple[Entry, int]]]:
         """Split a read into per-consumer batches (in entry order) and entries held back.
 
-        ``budgets`` holds each available consumer's effective permits, in messages.
+        ``budgets`` holds each available consumer's effective permits, in messages. The
+        batches' entries are pending from here on: the caller delivers every batch.
         """
         batches: dict[Consumer, list[Entry]] = {}
         held: list[tuple[Entry, int]] = []
         blocked: set[int] = set()
-        hashes = self.key_hashes(entries)
+        pending = self.pending_hashes
+        hashes = self.key_hashes(entries, replay if from_replay else None)
         owners = self.selector.select_batch(hashes)
         ordered = self.ordered
         # Asked once per read: nothing below adds to the replay set or the draining hashes
@@ -367,6 +343,7 @@ class KeySharedRules:
             else:
                 batch.append(entry)
             budgets[consumer] = budget - entry.num_messages
+            pending[entry.entry_id] = h
         return batches, held
 
     # Observability.
@@ -458,18 +435,11 @@ class KeySharedStrategy(Strategy):
     def assign(
         self, entries: list[Entry], deliver: Deliver, *, replay: bool
     ) -> list[tuple[Entry, int]]:
-        rules = self.rules
-        waiting = self.book.replay
-        if replay:
-            rules.remember(entries, waiting)
-        batches, held = rules.assign(entries, self.book.budgets(), waiting, from_replay=replay)
+        book = self.book
+        batches, held = self.rules.assign(entries, book.budgets(), book.replay, from_replay=replay)
         for consumer, batch in batches.items():
             deliver(consumer, batch, sum(e.num_messages for e in batch))
-        rules.forget_read(entry for entry, _ in held)
         return held
-
-    def delivered(self, consumer: Consumer, batch: list[Entry]) -> None:
-        self.rules.delivered_batch(consumer, batch)
 
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:
         return self.rules.released(consumer, entry_id, closing=closing)

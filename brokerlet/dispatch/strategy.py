@@ -108,8 +108,8 @@ class Strategy:
     waits has nothing to do, and the dispatcher drops read requests until it completes."""
 
     tracks_entries = False
-    """Whether ``delivered``/``released`` do anything (Key_Shared's hashes); when not, the
-    delivery book does not call them per entry."""
+    """Whether ``released`` does anything (Key_Shared's hashes); when not, the delivery book
+    does not call it per entry."""
 
     def __init__(self, book: DeliveryBook, sub_type: int) -> None:
         self.book = book
@@ -178,9 +178,6 @@ class Strategy:
         ``replay`` says the entries came from the replay set.
         """
         return [(entry, 0) for entry in entries]
-
-    def delivered(self, consumer: Consumer, batch: list[Entry]) -> None:
-        pass
 
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:
         return 0
