@@ -5,6 +5,9 @@ callgrind (needs Debian's valgrind): the broker's ``cpu_seconds()`` then dumps t
 since its previous call, so the newest dump holds exactly the last measurement's window.
 CPU time per message moves by a third between runs on a shared VM; this count repeats to
 about a per cent, so it is the figure to compare two trees by (``--source``).
+
+``--lines`` counts the lines of Python the broker runs per message instead, per function
+(`bench.linetrace`): where the instructions go, in the code's own terms.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.callgrind import total_instructions, under_callgrind
+from bench.linetrace import LineCounts, TracedBroker
 from bench.profiling import print_top, top_entries
 from brokerlet.testing.process import BrokerletProcess, ChildBroker
 
@@ -58,7 +62,18 @@ def run(prog: str, path: str, measure: Measure, setup: str) -> None:
         action="store_true",
         help="count the broker's instructions per message under valgrind instead",
     )
+    parser.add_argument(
+        "--lines",
+        action="store_true",
+        help="count the lines of Python the broker runs per message, per function, instead",
+    )
     args = parser.parse_args()
+    if args.lines:
+        for storage in args.storage or ["memory", "disk"]:
+            counts = lines_of(["--storage", storage], args.source, measure, args.messages)
+            print(f"{path}, {storage}, per message ({args.messages} {setup}):")
+            print(counts.report(args.messages))
+        return
     if args.callgrind:
         for storage in args.storage or ["memory", "disk"]:
             count = instructions_per_message(["--storage", storage], args.source, measure)
@@ -89,6 +104,18 @@ def run(prog: str, path: str, measure: Measure, setup: str) -> None:
 
 
 _CALLGRIND_MESSAGES = 10_000
+
+
+def lines_of(flags: list[str], source: Path | None, measure: Measure, messages: int) -> LineCounts:
+    """The lines of Python of ``measure``'s window for ``messages``, per function."""
+    with (
+        tempfile.TemporaryDirectory() as directory,
+        TracedBroker(flags, Path(directory) / "lines.json", source=source) as broker,
+    ):
+        broker.start(timeout=300)
+        measure(broker, 2000)  # warm-up: imports, first topic
+        measure(broker, messages)
+        return broker.window()
 
 
 class _CountedBroker(BrokerletProcess):

@@ -43,6 +43,7 @@ from pathlib import Path
 import psutil
 
 from bench.callgrind import total_instructions, under_callgrind
+from bench.linetrace import LineCounts, TracedBroker
 from bench.rawsocket import RawConnection
 from brokerlet.testing.process import BrokerletProcess, ChildBroker
 from brokerlet.transport.protocol import build_entry, encode_ack, encode_flow, encode_send, pb
@@ -183,6 +184,24 @@ def instructions_per_request(
     return (totals[1] - totals[0]) / (requests - fewer)
 
 
+def lines_per_request(
+    flags: list[str], source: Path | None, requests: int, pause: float, subscriptions: int = 0
+) -> LineCounts:
+    """The lines of Python per function of ``requests`` SENDs (`bench.linetrace`), from two
+    runs' totals as `instructions_per_request`."""
+    fewer = max(1, requests // 6)
+    totals = []
+    with tempfile.TemporaryDirectory() as directory:
+        for count in (fewer, requests):
+            out = Path(directory) / f"lines-{count}.json"
+            with TracedBroker(flags, out, source=source) as broker:
+                broker.start(timeout=300)
+                measure_broker(broker.service_url, broker.pid, count, pause, subscriptions)
+                broker.stop(timeout=300)
+            totals.append(LineCounts.read(out))
+    return totals[1] - totals[0]
+
+
 def _flags(storage: str, sync_policy: str | None) -> list[str]:
     flags = ["--storage", storage]
     if storage == "disk" and sync_policy:
@@ -201,11 +220,24 @@ def main() -> None:
     parser.add_argument("--source", type=Path, metavar="DIR")
     parser.add_argument("--no-pulsar-lite", action="store_true")
     parser.add_argument("--callgrind", action="store_true")
+    parser.add_argument("--lines", action="store_true", help="count lines of Python instead")
     args = parser.parse_args()
     pause = args.pause_ms / 1000
     shape = "one request at a time"
     if args.subscriptions:
         shape = f"one message at a time to {args.subscriptions} subscriptions"
+    if args.lines:
+        for storage in args.storage or ["memory", "disk"]:
+            counts = lines_per_request(
+                _flags(storage, args.sync_policy),
+                args.source,
+                args.requests,
+                pause,
+                args.subscriptions,
+            )
+            print(f"{shape}, brokerlet {storage}, per request:")
+            print(counts.report(args.requests - max(1, args.requests // 6)))
+        return
     if args.callgrind:
         for storage in args.storage or ["memory", "disk"]:
             count = instructions_per_request(
