@@ -13,7 +13,7 @@ The selection strategy learns about each batch it hands out and each entry that 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from brokerlet.config import Settings
@@ -31,8 +31,12 @@ class EntryHooks(Protocol):
     tracks_entries: bool  # False: the call below does nothing and is skipped
 
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:
-        """``consumer``'s pending ``entry_id`` was acked or sent back; returns its key hash
-        (0: none), which the replay set keeps."""
+        """``consumer``'s pending ``entry_id`` was sent back; returns its key hash (0: none),
+        which the replay set keeps."""
+        ...
+
+    def acked(self, entry_ids: list[int], owners: Mapping[int, Consumer]) -> None:
+        """``entry_ids`` were acknowledged; those in ``owners`` were pending there."""
         ...
 
 
@@ -41,6 +45,9 @@ class _NoHooks:
 
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:
         return 0
+
+    def acked(self, entry_ids: list[int], owners: Mapping[int, Consumer]) -> None:
+        pass
 
 
 def _nothing() -> None:
@@ -192,7 +199,8 @@ class DeliveryBook:
         """Acknowledged entries leave the pending and replay sets; each owner's unacked
         count is settled once for all of its entries (an ACK carries many)."""
         owners = self.pending_owner
-        hooks = self.hooks if self.hooks.tracks_entries else None
+        if self.hooks.tracks_entries:
+            self.hooks.acked(entry_ids, owners)
         # Looked at once: a ReplaySet's truth is a method call, and nothing here adds to it.
         replay = self.replay if self.replay else None
         counts = self.redelivery_counts
@@ -200,8 +208,6 @@ class DeliveryBook:
         for entry_id in entry_ids:
             owner = owners.pop(entry_id, None)
             if owner is not None:
-                if hooks is not None:
-                    hooks.released(owner, entry_id, closing=False)
                 settled[owner] = settled.get(owner, 0) + owner.pending.pop(entry_id, 0)
             if replay is not None:
                 replay.discard(entry_id)

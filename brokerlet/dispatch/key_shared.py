@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from itertools import compress
 from typing import Any
@@ -227,6 +227,20 @@ class KeySharedRules:
         if key_hash:
             self.draining.reduce_ref_count(consumer, key_hash, closing=closing)
         return key_hash
+
+    def acked(self, entry_ids: list[int], owners: Mapping[int, Consumer]) -> None:
+        """:meth:`released` for each acknowledged entry pending at its owner in ``owners``;
+        with no hash draining (nearly always), only the pending hashes are dropped."""
+        forget = self.pending_hashes.pop
+        if not len(self.draining):
+            for entry_id in entry_ids:
+                forget(entry_id, None)
+            return
+        owner_of = owners.get
+        for entry_id in entry_ids:
+            owner = owner_of(entry_id)
+            if owner is not None:
+                self.released(owner, entry_id)
 
     # Reading.
 
@@ -443,6 +457,9 @@ class KeySharedStrategy(Strategy):
 
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:
         return self.rules.released(consumer, entry_id, closing=closing)
+
+    def acked(self, entry_ids: list[int], owners: Mapping[int, Consumer]) -> None:
+        self.rules.acked(entry_ids, owners)
 
     def ack_scope(self) -> AbstractContextManager[object]:
         return self.rules.draining.batch()  # one unblock notification per ACK

@@ -15,7 +15,7 @@ candidate, and every entry is held back.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -108,8 +108,8 @@ class Strategy:
     waits has nothing to do, and the dispatcher drops read requests until it completes."""
 
     tracks_entries = False
-    """Whether ``released`` does anything (Key_Shared's hashes); when not, the delivery book
-    does not call it per entry."""
+    """Whether ``released`` and ``acked`` do anything (Key_Shared's hashes); when not, the
+    delivery book does not call them."""
 
     def __init__(self, book: DeliveryBook, sub_type: int) -> None:
         self.book = book
@@ -181,6 +181,9 @@ class Strategy:
 
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:
         return 0
+
+    def acked(self, entry_ids: list[int], owners: Mapping[int, Consumer]) -> None:
+        pass
 
     def ack_scope(self) -> contextlib.AbstractContextManager[object] | None:
         """What wraps the handling of one ACK command (None: nothing, the common case)."""
