@@ -43,6 +43,7 @@ from brokerlet.dispatch.strategy import (
     ReadPlan,
     Strategy,
     WakeAfter,
+    messages_of,
 )
 from brokerlet.keyshared import (
     ConsumerAssignError,
@@ -452,7 +453,7 @@ class KeySharedStrategy(Strategy):
         book = self.book
         batches, held = self.rules.assign(entries, book.budgets(), book.replay, from_replay=replay)
         for consumer, batch in batches.items():
-            deliver(consumer, batch, sum(e.num_messages for e in batch))
+            deliver(consumer, batch, sum(map(messages_of, batch)))
         return held
 
     def released(self, consumer: Consumer, entry_id: int, *, closing: bool) -> int:

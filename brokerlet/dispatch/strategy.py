@@ -36,9 +36,11 @@ __all__ = [
     "ReadPlan",
     "Strategy",
     "WakeAfter",
+    "messages_of",
 ]
 
-_MESSAGES = attrgetter("num_messages")
+messages_of = attrgetter("num_messages")
+"""An entry's message count: ``sum(map(messages_of, batch))`` counts a batch in C."""
 
 SHARED = pb.CommandSubscribe.Shared
 EXCLUSIVE = pb.CommandSubscribe.Exclusive
@@ -224,7 +226,7 @@ class InOrderChunks(Strategy):
                 break
             budget = budget_of(consumer)
             batch = entries[index : index + chunk]
-            messages = sum(map(_MESSAGES, batch))
+            messages = sum(map(messages_of, batch))
             if len(batch) > 1 and messages - batch[-1].num_messages >= budget:
                 batch, messages = _within_budget(batch, budget)
             index += len(batch)
