@@ -17,6 +17,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import operator
 import re
 import time
 from collections.abc import Callable
@@ -129,10 +130,11 @@ _as_named = tuple.__new__
 T = pb.BaseCommand
 _producer_names = itertools.count()
 NO_ID = 2**64 - 1
-SEARCH_TIMEOUT = 30.0  # seconds a seek by publish time may take (a handful of reads)
 """-1 as an unsigned 64-bit id: "no entry" in message ids and request ids."""
+SEARCH_TIMEOUT = 30.0  # seconds a seek by publish time may take (a handful of reads)
 SEND_SLICE = 64
 """SENDs appended per slice of a received chunk before the handler yields to the hub."""
+_SEND_FIELDS = operator.attrgetter("send")  # None for every frame but a SEND
 
 
 @functools.lru_cache(maxsize=4)
@@ -297,6 +299,10 @@ class ConnectionActor(GeventActor):
     # Commands.
 
     def _received(self, frames: list[Frame]) -> None:
+        if self.connected and None not in map(_SEND_FIELDS, frames):
+            # A producing connection's chunk: SENDs only, screened in C.
+            self._send_slices(frames)
+            return
         sends: list[Frame] = []
         for frame in frames:
             kind = frame.type
@@ -305,7 +311,7 @@ class ConnectionActor(GeventActor):
                 return
             if frame.invalid_text is not None:
                 if sends:
-                    if not self._sends(sends):
+                    if not self._send_slices(sends):
                         return
                     sends = []
                 reply = refuse_invalid_text(frame.command, frame.invalid_text)
@@ -325,16 +331,9 @@ class ConnectionActor(GeventActor):
                 # frame.send: the fast decoder's fields; the protobuf command is not built.
                 if frame.send is not None:
                     sends.append(frame)
-                    if len(sends) >= SEND_SLICE:
-                        # A 64 KiB chunk holds ~400 small SENDs, ~6 ms of work: hand over
-                        # a slice, then let the hub run timers and other connections.
-                        if not self._sends(sends):
-                            return
-                        sends = []
-                        take_turn()
                 continue
             if sends:
-                if not self._sends(sends):
+                if not self._send_slices(sends):
                     return
                 sends = []
             handler = self._handlers.get(kind)
@@ -352,7 +351,19 @@ class ConnectionActor(GeventActor):
                 if request_id is not None:
                     self._error(request_id, pb.ServiceNotReady, "Topic is restarting, retry")
         if sends:
-            self._sends(sends)
+            self._send_slices(sends)
+
+    def _send_slices(self, sends: list[Frame]) -> bool:
+        """`_sends` in slices of `SEND_SLICE`: a 64 KiB chunk holds ~400 small SENDs, ~6 ms
+        of work, so the hub runs timers and other connections between slices."""
+        if len(sends) <= SEND_SLICE:
+            return self._sends(sends)
+        for start in range(0, len(sends), SEND_SLICE):
+            if start:
+                take_turn()
+            if not self._sends(sends[start : start + SEND_SLICE]):
+                return False
+        return True
 
     def _unsupported(self, command: pb.BaseCommand) -> None:
         """Answer a known request brokerlet does not serve with an error, logged once."""
