@@ -382,9 +382,7 @@ def encode_send_receipt(
     )
     size = len(body)
     # A receipt body is at most 57 bytes: its length is one varint byte.
-    return b"".join(
-        (_FRAME_HEADER.pack(size + 8, size + 4), _RECEIPT_PREFIX, _ONE_BYTE_VARINTS[size], body)
-    )
+    return _RECEIPT_HEADS[size] + body
 
 
 def encode_send_receipts(
@@ -409,11 +407,10 @@ def encode_send_receipts(
         The frames as one buffer.
     """
     producer = _producer_prefix(producer_id)
-    ledger = _ledger_prefix(ledger_id)
+    id_heads = _receipt_id_heads(ledger_id)
     # The body is at most 57 bytes: one varint byte of length, as in encode_send_receipt.
-    fixed_size = len(producer) + len(ledger) + 3
-    pack = _FRAME_HEADER.pack
-    one_byte = _ONE_BYTE_VARINTS
+    fixed_size = len(producer) + len(id_heads[0]) + 1
+    heads = _RECEIPT_HEADS
     pieces: list[bytes] = []
     entry_id = first_entry_id
     for send in sends:
@@ -424,19 +421,31 @@ def encode_send_receipts(
         entry_id += 1
         size = fixed_size + len(sequence) + len(entry) + len(highest)
         pieces += (
-            pack(size + 8, size + 4),
-            _RECEIPT_PREFIX,
-            one_byte[size],
+            heads[size],
             producer,
             sequence,
-            b"\x1a",
-            one_byte[len(ledger) + len(entry)],
-            ledger,
+            id_heads[len(entry)],
             entry,
             b"\x20",
             highest,
         )
     return b"".join(pieces)
+
+
+# Everything of a SEND_RECEIPT before its body, by the body's size (at most 57 bytes).
+_RECEIPT_HEADS = [
+    _FRAME_HEADER.pack(size + 8, size + 4) + _RECEIPT_PREFIX + _ONE_BYTE_VARINTS[size]
+    for size in range(0x80)
+]
+# A receipt's message_id tag, its length and the ledger's field, by the entry id's varint size.
+_receipt_id_heads: Callable[[int], list[bytes]] = _cached(
+    lambda ledger_id: [
+        b"\x1a"
+        + _ONE_BYTE_VARINTS[len(_ledger_prefix(ledger_id)) + size]
+        + _ledger_prefix(ledger_id)
+        for size in range(11)
+    ]
+)
 
 
 def encode_send(
