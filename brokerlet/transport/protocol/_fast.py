@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import crc32c as _crc32c_lib
 
@@ -222,17 +222,10 @@ def encode_message(  # noqa: PLR0917 (the positional signature is the public API
     return header, entry
 
 
-class StoredEntry(Protocol):
-    """What :func:`encode_messages` reads of an entry (a ledger's ``Entry``)."""
-
-    @property
-    def ledger_id(self) -> int: ...
-    @property
-    def entry_id(self) -> int: ...
-    @property
-    def data(self) -> bytes: ...
-    @property
-    def checksum(self) -> int: ...
+StoredEntry = tuple[int, int, bytes, int, int]
+"""What :func:`encode_messages` takes of an entry: the fields of a ledger's ``Entry`` in its
+order (ledger id, entry id, data, checksum, messages), unpacked at once rather than read
+one attribute at a time."""
 
 
 COPY_LIMIT = 8 * 1024
@@ -308,16 +301,17 @@ def encode_messages(
     ledger_id = -1
     ledger = b""
     id_size = 0  # of the first-delivery layout in hand (0: none yet)
-    for entry, redelivery_count in zip(entries, redelivery_counts, strict=True):
-        data = entry.data
-        if entry.ledger_id != ledger_id:
-            ledger_id = entry.ledger_id
+    for (entry_ledger, entry_id, data, checksum, _), redelivery_count in zip(
+        entries, redelivery_counts, strict=True
+    ):
+        if entry_ledger != ledger_id:
+            ledger_id = entry_ledger
             ledger = _ledger_prefix(ledger_id)
             id_size = 0
-        entry_id = _uint(entry.entry_id)
-        ack_set = ack_sets.get(entry.entry_id, ()) if ack_sets else ()
+        id_varint = _uint(entry_id)
+        ack_set = ack_sets.get(entry_id, ()) if ack_sets else ()
         if redelivery_count or ack_set:
-            message_id = ledger + entry_id  # at most 22 bytes: one length byte
+            message_id = ledger + id_varint  # at most 22 bytes: one length byte
             pieces += _message_head(
                 _consumer_prefix(consumer_id),
                 _ONE_BYTE_VARINTS[len(message_id)] + message_id,
@@ -325,16 +319,16 @@ def encode_messages(
                 ack_set,
                 b"" if consumer_epoch is None else b"\x28" + _uint(consumer_epoch),
                 len(data),
-                entry.checksum,
+                checksum,
             )
         else:
             # Nearly every delivery: one pack for everything before the entry.
-            if len(entry_id) != id_size:
-                id_size = len(entry_id)
+            if len(id_varint) != id_size:
+                id_size = len(id_varint)
                 pack, before, after, overhead = _first_delivery(
                     (consumer_id, ledger_id, id_size, consumer_epoch)
                 )
-            pieces.append(pack(overhead + len(data), before, entry_id, after, entry.checksum))
+            pieces.append(pack(overhead + len(data), before, id_varint, after, checksum))
         if len(data) <= COPY_LIMIT:
             pieces.append(data)
         else:
