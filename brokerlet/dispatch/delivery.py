@@ -112,17 +112,19 @@ class DeliveryBook:
     def record(self, consumer: Consumer, batch: list[Entry], messages: int) -> list[int]:
         """``batch`` (``messages`` in all) goes to ``consumer``: charge it, and return each
         entry's redelivery count."""
-        counts = self.redelivery_counts
         owner = self.pending_owner
         pending = consumer.pending
-        redelivery = []
         size = 0
-        for entry in batch:
-            entry_id = entry.entry_id
+        # An Entry's fields unpacked at once: an attribute read is a descriptor call.
+        for _, entry_id, data, _, num_messages in batch:
             owner[entry_id] = consumer
-            pending[entry_id] = entry.num_messages
-            redelivery.append(counts.get(entry_id, 0))
-            size += len(entry.data)
+            pending[entry_id] = num_messages
+            size += len(data)
+        counts = self.redelivery_counts
+        if counts:
+            redelivery = [counts.get(entry.entry_id, 0) for entry in batch]
+        else:
+            redelivery = [0] * len(batch)  # nothing was ever redelivered
         consumer.unacked += messages
         consumer.msg_out += messages
         consumer.bytes_out += size
