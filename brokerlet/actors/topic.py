@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import gevent
@@ -75,7 +76,7 @@ from brokerlet.producers import hooks as producer_hooks
 from brokerlet.storage.backlog_quota import QuotaState, refusal, size_exceeded_now
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
-from brokerlet.storage.ledger import Entry, Ledger
+from brokerlet.storage.ledger import Entry, Ledger, data_of, messages_of
 from brokerlet.storage.marks import MarkDeletes
 from brokerlet.storage.retention import RetentionService
 from brokerlet.storage.time_search import PublishTimeSearch
@@ -88,6 +89,8 @@ if TYPE_CHECKING:
 __all__ = ["TopicActor"]
 
 log = logging.getLogger(__name__)
+
+_ENTRY_OF = attrgetter("entry")  # an AppendItem's NewEntry, None if refused
 
 # start_message_id values the official client uses for readers.
 EARLIEST_ID = 2**64 - 1
@@ -275,7 +278,7 @@ class TopicActor(GeventActor):
                 if item.entry is not None and i not in decided
             ]
         else:
-            new = [item.entry for item in items if item.entry is not None]
+            new = list(filter(None, map(_ENTRY_OF, items)))  # a NewEntry is never empty
 
         def appended(result: int | BaseException) -> None:
             if isinstance(result, int) and not decided and len(new) == len(items):
@@ -288,8 +291,8 @@ class TopicActor(GeventActor):
                 last_id = result + len(new) - 1 if isinstance(result, int) else -2
                 self.producer_state.appended(screened, items, decided, result, last_id)
             if isinstance(result, int):
-                self.msg_in += sum(e.num_messages for e in new)
-                self.bytes_in += sum(len(e.data) for e in new)
+                self.msg_in += sum(map(messages_of, new))
+                self.bytes_in += sum(map(len, map(data_of, new)))
                 self._complete_waiting_reads()
 
         def receipts(result: int | BaseException) -> list[Receipt]:

@@ -17,13 +17,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any
 
 from brokerlet.actors.errors import BrokerError
 from brokerlet.dispatch.consumer import Consumer
 from brokerlet.dispatch.delivery import DeliveryBook
-from brokerlet.storage.ledger import Entry
+from brokerlet.storage.ledger import Entry, messages_of
 from brokerlet.transport.protocol import pb
 
 __all__ = [
@@ -39,8 +38,6 @@ __all__ = [
     "messages_of",
 ]
 
-messages_of = attrgetter("num_messages")
-"""An entry's message count: ``sum(map(messages_of, batch))`` counts a batch in C."""
 
 SHARED = pb.CommandSubscribe.Shared
 EXCLUSIVE = pb.CommandSubscribe.Exclusive

@@ -14,6 +14,7 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 from itertools import repeat
+from operator import attrgetter
 from typing import NamedTuple, Protocol
 
 from brokerlet.storage.retention import SegmentInfo
@@ -26,6 +27,8 @@ __all__ = [
     "MemoryLedger",
     "NewEntry",
     "ReadCallback",
+    "data_of",
+    "messages_of",
 ]
 
 
@@ -61,6 +64,10 @@ class Entry(NamedTuple):
     def size(self) -> int:
         return len(self.data)
 
+
+# An entry's fields (an Entry's or a NewEntry's) for C-level loops: sum(map(messages_of, ...)).
+messages_of = attrgetter("num_messages")
+data_of = attrgetter("data")
 
 _as_entry = tuple.__new__  # Entry from a tuple of its fields, without its Python constructor
 
@@ -99,10 +106,12 @@ class EntryColumns:
 
     def extend(self, entries: Sequence[NewEntry]) -> int:
         """Append entries; returns the bytes of their data."""
-        data = [new.data for new in entries]
+        if not entries:
+            return 0
+        data, checksums, messages = zip(*entries, strict=True)  # NewEntry's three columns
         self.data += data
-        self.checksums.extend([new.checksum for new in entries])
-        self.messages.extend([new.num_messages for new in entries])
+        self.checksums.extend(checksums)
+        self.messages.extend(messages)
         return sum(map(len, data))
 
     def entry(self, ledger_id: int, entry_id: int, index: int) -> Entry:
