@@ -97,52 +97,60 @@ class Cursor:
 
     def ack(self, entry_id: int) -> bool:
         """Acknowledge one entry. Returns True when the mark-delete position moved."""
-        if entry_id <= self.mark_delete:
-            return False
-        if entry_id == self.mark_delete + 1:
-            self.mark_delete = entry_id
-            self._absorb()
-            return True
-        # ack_range for one id, inlined: this runs once per acknowledged message.
-        lows, highs = self._lows, self._highs
-        at = bisect_right(lows, entry_id)
-        if at:
-            first = lows[at - 1]
-            end = highs[first]
-            if end >= entry_id:
-                return False  # acknowledged already
-            if end == entry_id - 1:  # the run before grows, and may meet the one after
-                if at < len(lows) and lows[at] == entry_id + 1:
-                    highs[first] = highs.pop(lows.pop(at))
-                else:
-                    highs[first] = entry_id
-                self._count += 1
-                return False
-        if at < len(lows) and lows[at] == entry_id + 1:  # the run after starts one earlier
-            following = lows[at]
-            lows[at] = entry_id
-            highs[entry_id] = highs.pop(following)
-        else:
-            lows.insert(at, entry_id)
-            highs[entry_id] = entry_id
-        self._count += 1
-        return False
+        return self._ack_each((entry_id,))
 
     def ack_many(self, entry_ids: list[int]) -> bool:
         """Acknowledge entries (an ACK carries up to a thousand). Returns True when the
         mark-delete position moved.
 
         The ids a consumer received in order and acked as a group (the official client
-        sends them ascending) are one `ack_range`; any other list is one `ack` per id.
+        sends them ascending) are one `ack_range`; any other list is acked id by id.
         """
         if not entry_ids:
             return False
         first, last = entry_ids[0], entry_ids[-1]
         if last - first + 1 == len(entry_ids) and entry_ids == list(range(first, last + 1)):
             return self.ack_range(first, last)
+        return self._ack_each(entry_ids)
+
+    def _ack_each(self, entry_ids: Iterable[int]) -> bool:
+        """`ack_range` for one id at a time, in one loop: a Key_Shared or out-of-order
+        consumer's ACK is scattered ids, each its own run or the end of one."""
+        lows, highs = self._lows, self._highs
         moved = False
+        added = 0
         for entry_id in entry_ids:
-            moved = self.ack(entry_id) or moved
+            mark_delete = self.mark_delete
+            if entry_id <= mark_delete:
+                continue
+            if entry_id == mark_delete + 1:
+                self.mark_delete = entry_id
+                self._absorb()
+                moved = True
+                continue
+            at = bisect_right(lows, entry_id)
+            if at:
+                first = lows[at - 1]
+                end = highs[first]
+                if end >= entry_id:
+                    continue  # acknowledged already
+                if end == entry_id - 1:  # the run before grows, and may meet the one after
+                    if at < len(lows) and lows[at] == entry_id + 1:
+                        highs[first] = highs.pop(lows.pop(at))
+                    else:
+                        highs[first] = entry_id
+                    added += 1
+                    continue
+            if at < len(lows) and lows[at] == entry_id + 1:  # the run after starts one earlier
+                following = lows[at]
+                lows[at] = entry_id
+                highs[entry_id] = highs.pop(following)
+            else:
+                lows.insert(at, entry_id)
+                highs[entry_id] = entry_id
+            added += 1
+        # _absorb subtracts what it takes from the runs; the ids added are counted once here.
+        self._count += added
         return moved
 
     def ack_range(self, low: int, high: int) -> bool:
