@@ -14,6 +14,7 @@ The selection strategy learns about each batch it hands out and each entry that 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from itertools import repeat
 from typing import Protocol
 
 from brokerlet.config import Settings
@@ -203,17 +204,24 @@ class DeliveryBook:
         owners = self.pending_owner
         if self.hooks.tracks_entries:
             self.hooks.acked(entry_ids, owners)
-        # Looked at once: a ReplaySet's truth is a method call, and nothing here adds to it.
-        replay = self.replay if self.replay else None
-        counts = self.redelivery_counts
+        popped = list(map(owners.pop, entry_ids, repeat(None)))
+        only = popped[0] if popped else None
         settled: dict[Consumer, int] = {}
-        for entry_id in entry_ids:
-            owner = owners.pop(entry_id, None)
-            if owner is not None:
-                settled[owner] = settled.get(owner, 0) + owner.pending.pop(entry_id, 0)
-            if replay is not None:
+        if only is not None and popped.count(only) == len(popped):
+            # Nearly every ACK: its ids were all pending at the consumer that sent it, so
+            # they are settled in C-level loops.
+            settled[only] = sum(map(only.pending.pop, entry_ids, repeat(0)))
+        else:
+            for entry_id, owner in zip(entry_ids, popped, strict=True):
+                if owner is not None:
+                    settled[owner] = settled.get(owner, 0) + owner.pending.pop(entry_id, 0)
+        replay = self.replay
+        if replay:
+            for entry_id in entry_ids:
                 replay.discard(entry_id)
-            if counts:
+        counts = self.redelivery_counts
+        if counts:
+            for entry_id in entry_ids:
                 counts.pop(entry_id, None)
         for owner, messages in settled.items():
             self._consumer_acked(owner, messages)
