@@ -43,7 +43,6 @@ from brokerlet.dispatch.strategy import (
     ReadPlan,
     Strategy,
     WakeAfter,
-    messages_of,
 )
 from brokerlet.keyshared import (
     ConsumerAssignError,
@@ -55,7 +54,7 @@ from brokerlet.keyshared import (
     sticky_key_hash,
 )
 from brokerlet.keyshared.meta import AUTO_SPLIT, STICKY
-from brokerlet.storage.ledger import Entry
+from brokerlet.storage.ledger import Entry, messages_of
 from brokerlet.transport.protocol import ProtocolError, parse_metadata, pb, sticky_key
 
 __all__ = ["KeySharedRules", "KeySharedStrategy", "entry_key_hash"]

@@ -35,7 +35,6 @@ __all__ = [
     "ReadPlan",
     "Strategy",
     "WakeAfter",
-    "messages_of",
 ]
 
 

@@ -359,24 +359,9 @@ def encode_send_receipt(
     Returns:
         The frame.
     """
-    sequence = _uint(sequence_id)
-    # Unbatched SENDs echo their sequence id as the highest: encode it once.
-    highest = sequence if highest_sequence_id == sequence_id else _uint(highest_sequence_id)
-    message_id = _ledger_prefix(ledger_id) + _uint(entry_id)
-    body = b"".join(
-        (
-            _producer_prefix(producer_id),
-            sequence,
-            b"\x1a",
-            _ONE_BYTE_VARINTS[len(message_id)],  # at most 22 bytes
-            message_id,
-            b"\x20",
-            highest,
-        )
+    return encode_send_receipts(
+        producer_id, ledger_id, entry_id, ((sequence_id, highest_sequence_id),)
     )
-    size = len(body)
-    # A receipt body is at most 57 bytes: its length is one varint byte.
-    return _RECEIPT_HEADS[size] + body
 
 
 def encode_send_receipts(
@@ -387,8 +372,8 @@ def encode_send_receipts(
 ) -> bytes:
     """Encode the SEND_RECEIPT frames of a run of SENDs stored at consecutive entry ids.
 
-    The bytes are those of :func:`encode_send_receipt` for each SEND, back to back, with
-    the producer and ledger prefixes looked up once.
+    One frame per SEND, back to back, with the producer and ledger prefixes looked up once
+    (:func:`encode_send_receipt` is a run of one).
 
     Args:
         producer_id: The producer's id on its connection.
@@ -402,7 +387,7 @@ def encode_send_receipts(
     """
     producer = _producer_prefix(producer_id)
     id_heads = _receipt_id_heads(ledger_id)
-    # The body is at most 57 bytes: one varint byte of length, as in encode_send_receipt.
+    # The body is at most 57 bytes: its length is one varint byte.
     fixed_size = len(producer) + len(id_heads[0]) + 1
     heads = _RECEIPT_HEADS
     pieces: list[bytes] = []
@@ -431,15 +416,16 @@ _RECEIPT_HEADS = [
     _FRAME_HEADER.pack(size + 8, size + 4) + _RECEIPT_PREFIX + _ONE_BYTE_VARINTS[size]
     for size in range(0x80)
 ]
-# A receipt's message_id tag, its length and the ledger's field, by the entry id's varint size.
-_receipt_id_heads: Callable[[int], list[bytes]] = _cached(
-    lambda ledger_id: [
-        b"\x1a"
-        + _ONE_BYTE_VARINTS[len(_ledger_prefix(ledger_id)) + size]
-        + _ledger_prefix(ledger_id)
-        for size in range(11)
-    ]
-)
+
+
+def _receipt_id_heads_of(ledger_id: int) -> list[bytes]:
+    """A receipt's message_id tag, its length and the ledger's field, by the entry id's
+    varint size (1 to 10 bytes)."""
+    ledger = _ledger_prefix(ledger_id)
+    return [b"\x1a" + _ONE_BYTE_VARINTS[len(ledger) + size] + ledger for size in range(11)]
+
+
+_receipt_id_heads = _cached(_receipt_id_heads_of)
 
 
 def encode_send(
