@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import errno
 import gc
+import itertools
 import json
 import logging
 import os
 import random
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,7 +43,8 @@ from brokerlet.storage import (
     SyncPolicy,
 )
 from brokerlet.storage._reading import TailCache
-from brokerlet.storage._records import RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE
+from brokerlet.storage._records import RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE, encode_records
+from brokerlet.storage._segments import FIRST_RESERVE
 from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import crc32c
 
@@ -271,7 +274,8 @@ def test_num_messages_and_checksum_survive_restart(
 def test_concurrent_appends_share_one_sync(
     open_storage: Callable[..., DiskStorage], ops: RecordingOps
 ) -> None:
-    ledger, _ = open_storage().open_topic(TOPIC)
+    storage = open_storage()
+    ledger, _ = storage.open_topic(TOPIC)
     append(ledger, [b"first"])  # creates the segment
     hold = threading.Event()
     ops.hold_sync = hold
@@ -297,9 +301,11 @@ def test_concurrent_appends_share_one_sync(
     assert all_done.wait(WAIT)
 
     assert results == list(range(1, count + 1))
-    # One write and one sync for the leader, one of each for the 49 that queued behind it.
-    assert ops.syncs - syncs_before == 2
-    assert ops.seg_writes() - writes_before == 2
+    storage.flush()
+    # One write and one sync for the leader, one of each for the 49 that queued behind it,
+    # and one of each for the zeros reserved after that busy pass (LogWriter.reserve).
+    assert ops.syncs - syncs_before == 3
+    assert ops.seg_writes() - writes_before == 3
 
 
 def test_callbacks_run_on_hub_thread_in_append_order(
@@ -478,6 +484,170 @@ def test_damage_in_a_sealed_segment_keeps_what_precedes_it(
     assert [e.data for e in read_all(ledger)] == [bytes([0]) * 100]
     assert (second.parent / (second.name + ".dropped")).exists()  # set aside, not deleted
     assert append(ledger, [b"continues"]) == 1
+
+
+# Zeros reserved ahead of the records (_segments.LogWriter.reserve).
+
+
+def _records_end(path: Path) -> int:
+    """Where the records of a segment file end (its zeros, if any, follow)."""
+    raw = path.read_bytes()
+    position = SEGMENT_HEADER_SIZE
+    while position < len(raw) and raw[position : position + RECORD_HEADER_SIZE].strip(b"\0"):
+        position += RECORD_HEADER_SIZE + int.from_bytes(raw[position : position + 4], "little")
+    return position
+
+
+def test_zeros_are_reserved_ahead_of_a_busy_ledger_and_cut_when_its_segment_is_sealed(
+    open_storage: Callable[..., DiskStorage], tmp_path: Path
+) -> None:
+    storage = open_storage(segment_bytes=256 * 1024)
+    ledger, _ = storage.open_topic(TOPIC)
+    storage.flush()
+    (segment,) = segment_files(tmp_path / "data")
+    for index in range(5):  # a synchronous sender: one record a pass, no reserve
+        append(ledger, [payload(index)])
+    storage.flush()
+    assert segment.stat().st_size == _records_end(segment)
+
+    append(ledger, [b"a" * 100, b"b" * 100])  # a pass of several records: busy
+    storage.flush()
+    end = _records_end(segment)
+    assert segment.stat().st_size == end + FIRST_RESERVE
+    assert segment.read_bytes()[end:] == bytes(FIRST_RESERVE)
+
+    sizes = []
+    for index in range(40):
+        append(ledger, [bytes([index]) * 1000] * 2)
+        storage.flush()
+        sizes.append(segment.stat().st_size)
+    # Each reserve is taken when half the last one is used, and is twice as large.
+    assert sizes == sorted(sizes)
+    steps = [b - a for a, b in itertools.pairwise(sizes) if b != a]
+    assert len(steps) >= 2
+    assert steps[1] > steps[0]
+    assert _records_end(segment) < sizes[-1]
+
+    for index in range(150):  # past segment_bytes: the first segment is sealed
+        append(ledger, [bytes([index % 256]) * 1000] * 2)
+    storage.flush()
+    first, *later = segment_files(tmp_path / "data")
+    assert later
+    assert first.stat().st_size == _records_end(first)  # a sealed segment holds records only
+    assert first.stat().st_size <= 256 * 1024 + 2 * (1000 + RECORD_HEADER_SIZE)
+    storage.close()
+    assert later[-1].stat().st_size == _records_end(later[-1])  # and so does a closed one
+    ledger, _ = open_storage(segment_bytes=256 * 1024).open_topic(TOPIC)
+    assert ledger.last_entry_id == 5 + 2 + 2 * 40 + 2 * 150 - 1
+
+
+@pytest.mark.parametrize("policy", ["interval", "never"])
+def test_zeros_are_reserved_only_under_every_batch(
+    open_storage: Callable[..., DiskStorage], tmp_path: Path, policy: str
+) -> None:
+    # Under the other policies no sync waits on an append, so a reserve would save nothing.
+    storage = open_storage(sync_policy=policy)
+    ledger, _ = storage.open_topic(TOPIC)
+    for index in range(20):
+        append(ledger, [payload(index)] * 2)
+    storage.flush()
+    (segment,) = segment_files(tmp_path / "data")
+    assert segment.stat().st_size == _records_end(segment)
+
+
+def test_a_reserve_left_by_a_crash_is_read_as_the_end_and_filled(
+    open_storage: Callable[..., DiskStorage], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    storage = open_storage()
+    ledger, _ = storage.open_topic(TOPIC)
+    datas = [payload(i) for i in range(10)]
+    for pair in range(0, len(datas), 2):
+        append(ledger, datas[pair : pair + 2])
+    storage.flush()
+    crashed = tmp_path / "crashed"
+    shutil.copytree(tmp_path / "data", crashed)  # as a SIGKILL leaves it: zeros after
+    (segment,) = segment_files(crashed)
+    size = segment.stat().st_size
+    assert _records_end(segment) < size
+
+    with caplog.at_level(logging.INFO, logger="brokerlet.storage"):
+        survivor = DiskStorage(crashed, min_free_bytes=0)
+        try:
+            ledger, _ = survivor.open_topic(TOPIC)
+            assert [e.data for e in read_all(ledger)] == datas
+            assert append(ledger, [b"into the zeros"]) == len(datas)
+            survivor.flush()
+            assert segment.stat().st_size == size  # written inside the reserve
+        finally:
+            survivor.close()
+    assert caplog.records == []  # zeros at the end are no damage
+    reopened = DiskStorage(crashed, min_free_bytes=0)
+    try:
+        ledger, _ = reopened.open_topic(TOPIC)
+        assert [e.data for e in read_all(ledger)] == [*datas, b"into the zeros"]
+    finally:
+        reopened.close()
+
+
+def test_records_after_a_gap_of_zeros_are_cut_not_taken_back(
+    open_storage: Callable[..., DiskStorage], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A power cut can keep a later block of a pass and lose an earlier one: a whole record
+    # behind zeros was never acknowledged, and taking it back would give it the wrong id.
+    storage = open_storage()
+    ledger, _ = storage.open_topic(TOPIC)
+    datas = [payload(i) for i in range(6)]
+    append(ledger, datas)
+    storage.flush()
+    crashed = tmp_path / "crashed"
+    shutil.copytree(tmp_path / "data", crashed)
+    storage.close()
+    (segment,) = segment_files(crashed)
+    end = _records_end(segment)
+    stray, _ = encode_records([new_entry(b"never acknowledged")])
+    with open(segment, "r+b") as file:
+        file.seek(end + 4096)
+        file.write(stray)
+
+    with caplog.at_level(logging.WARNING, logger="brokerlet.storage"):
+        survivor = DiskStorage(crashed, min_free_bytes=0)
+        try:
+            ledger, _ = survivor.open_topic(TOPIC)
+            assert [e.data for e in read_all(ledger)] == datas
+            assert append(ledger, [b"next"]) == len(datas)
+        finally:
+            survivor.close()
+    (warning,) = caplog.records
+    assert "data after a gap of zeros" in warning.getMessage()
+    assert segment.stat().st_size == _records_end(segment)
+
+
+def test_a_reserve_that_fails_is_logged_and_appends_go_on(
+    open_storage: Callable[..., DiskStorage],
+    ops: RecordingOps,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class ZerosRefused(RecordingOps):
+        def write(self, fd: int, buffers: Sequence[bytes], offset: int) -> int:
+            zeros = not any(bytes(buffer).strip(b"\0") for buffer in buffers)
+            if zeros and _file_name(fd).endswith(".seg"):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return super().write(fd, buffers, offset)
+
+    storage = open_storage(file_ops=ZerosRefused())
+    ledger, _ = storage.open_topic(TOPIC)
+    with caplog.at_level(logging.WARNING, logger="brokerlet.storage"):
+        for index in range(5):
+            append(ledger, [payload(index)] * 2)
+        storage.flush()
+    (warning,) = caplog.records  # once: the segment stops trying
+    assert "cannot write ahead of its records" in warning.getMessage()
+    (segment,) = segment_files(tmp_path / "data")
+    assert segment.stat().st_size == _records_end(segment)
+    storage.close()
+    ledger, _ = open_storage().open_topic(TOPIC)
+    assert [e.data for e in read_all(ledger)] == [payload(i) for i in range(5) for _ in "ab"]
 
 
 # Retention.
@@ -663,6 +833,7 @@ def test_disk_full_fails_appends_and_keeps_everything_acknowledged(
     storage = open_storage()
     ledger, _ = storage.open_topic(TOPIC)
     append(ledger, [payload(i) for i in range(5)])
+    storage.flush()  # and the zeros reserved after it
 
     ops.short_write_once = True  # half a group reaches the file, then ENOSPC
     outcomes = [append_outcome(ledger, [b"lost-a", b"lost-b"]), append_outcome(ledger, [b"c"])]
@@ -701,6 +872,7 @@ def test_failed_sync_fails_the_group(
     storage = open_storage(file_ops=failing)
     ledger, _ = storage.open_topic(TOPIC)
     append(ledger, [b"kept"])
+    storage.flush()  # and the zeros reserved after it
     failing.fail = True
     assert isinstance(append_outcome(ledger, [b"in doubt"]), StorageError)
     failing.fail = False
@@ -917,6 +1089,7 @@ def test_a_new_topics_files_are_made_off_the_callers_path_before_its_first_appen
     # The first append pays only its own write and sync.
     events = len(ops.events)
     append(ledger, [b"the first entry"])
+    storage.flush()
     assert [kind for kind, _ in ops.events[events:]] == ["write", "sync"]
     assert ops.events[-1][1].endswith(".seg")
     storage.close()

@@ -50,7 +50,7 @@ class FileOps:
         return stat.f_bavail * stat.f_frsize
 
 
-def write_all(ops: FileOps, fd: int, buffers: Sequence[bytes], offset: int) -> int:
+def write_all(ops: FileOps, fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> int:
     """Write every byte of ``buffers`` at ``offset``, resuming after short writes.
 
     Returns:

@@ -5,6 +5,8 @@ segment). A record that fails its checksum ends the log: its segment is cut back
 whole record and any later segment is set aside (renamed ``*.dropped``), so nothing before the
 damage is lost and ids stay consecutive. A torn tail after a crash is the expected case and is
 logged as a warning; damage in a sealed segment means the disk lied and is logged as an error.
+Zeros after the last segment's records are the writer's reserve (`SegmentLog.reserved`): kept
+for it to fill, not damage.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def recover_ledger(
     )
     segments: list[RecoveredSegment] = []
     next_id = 0
+    reserved = 0
     for position, base in enumerate(bases):
         path = os.path.join(directory, segment_name(base))
         last = position == len(bases) - 1
@@ -86,6 +89,13 @@ def recover_ledger(
         scan = scan_records(data, SEGMENT_HEADER_SIZE)
         segments.append(RecoveredSegment(base, path, scan.offsets, scan.end))
         next_id = base + len(scan.offsets)
+        if scan.zeros:
+            if last:
+                reserved = len(data)  # the writer goes on filling its zeros
+            else:
+                # Sealing cuts a segment's zeros first; a crash in between leaves them.
+                log.info("topic %r: %s: cutting the zeros after its last record", topic, path)
+                _cut(path, scan.end, ops)
         if scan.problem is None:
             continue
         dropped = len(data) - scan.end
@@ -106,6 +116,7 @@ def recover_ledger(
         segment_log.fd = os.open(tail.path, os.O_RDWR)
         segment_log.base = tail.base
         segment_log.size = tail.end
+        segment_log.reserved = reserved
     else:
         segment_log.base = next_id
     return RecoveredLedger(segments, segment_log)

@@ -83,6 +83,8 @@ class HubWorker:
         name: for log messages.
         process: runs a batch of jobs on the worker thread.
         deadline: how long the thread may sleep without jobs; None means until a job arrives.
+        after: runs on the thread after each batch, once its completions are handed to the
+            hub: work that no caller waits for.
     """
 
     def __init__(
@@ -91,10 +93,12 @@ class HubWorker:
         name: str,
         process: Processor,
         deadline: Deadline | None = None,
+        after: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self._process = process
         self._deadline = deadline or (lambda: None)
+        self._after = after
         self._jobs: collections.deque[Job] = collections.deque()
         self._finished: collections.deque[Job] = collections.deque()
         self._wake = _allocate_lock()
@@ -169,6 +173,11 @@ class HubWorker:
                 if isinstance(batch[-1], StopJob):
                     self._exited.release()
                     return
+            if self._after is not None:
+                try:
+                    self._after()
+                except BaseException:
+                    log.exception("%s: storage thread failed after a batch", self.name)
 
     # On the hub.
 

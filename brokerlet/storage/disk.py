@@ -479,7 +479,9 @@ class DiskStorage:
         self._reserved_ledger_ids = self._next_ledger_id  # nothing reserved by this process yet
         self._create_lock = real_lock()  # ledger id reservations run on thread-pool threads
         writer = LogWriter(self._ops, self.sync_policy, sync_interval_ms / 1000)
-        self._writer = HubWorker(self._hub, "storage writer", writer.process, writer.deadline)
+        self._writer = HubWorker(
+            self._hub, "storage writer", writer.process, writer.deadline, writer.reserve
+        )
         self._reader = HubWorker(self._hub, "storage reader", read_batch)
         self._open: dict[str, DiskLedger] = {}
         self._opening: dict[str, gevent.event.AsyncResult] = {}
