@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 FIRST_RESERVE = 16 * 1024
 """Bytes of zeros written ahead of a ledger's records after its first busy pass."""
 MAX_RESERVE = 512 * 1024
-"""The most a reserve grows by at once (written in about half a millisecond here)."""
+"""The most a reserve grows by at once (its write and sync take under a millisecond here)."""
 _ZEROS = memoryview(bytes(MAX_RESERVE))
 
 
