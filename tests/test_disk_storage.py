@@ -7,6 +7,7 @@ hooks in `FileOps` subclasses run on the writer thread and coordinate through
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import itertools
@@ -498,6 +499,22 @@ def _records_end(path: Path) -> int:
     return position
 
 
+def _crash_image(storage: DiskStorage, data_dir: Path, copy: Path) -> Path:
+    """``data_dir`` as a SIGKILL of ``storage`` would leave it (once its writer is idle)."""
+    storage.flush()
+    shutil.copytree(data_dir, copy)
+    return copy
+
+
+@contextlib.contextmanager
+def _storage_at(data_dir: Path) -> Iterator[DiskStorage]:
+    storage = DiskStorage(data_dir, min_free_bytes=0)
+    try:
+        yield storage
+    finally:
+        storage.close()
+
+
 def test_zeros_are_reserved_ahead_of_a_busy_ledger_and_cut_when_its_segment_is_sealed(
     open_storage: Callable[..., DiskStorage], tmp_path: Path
 ) -> None:
@@ -563,30 +580,24 @@ def test_a_reserve_left_by_a_crash_is_read_as_the_end_and_filled(
     datas = [payload(i) for i in range(10)]
     for pair in range(0, len(datas), 2):
         append(ledger, datas[pair : pair + 2])
-    storage.flush()
-    crashed = tmp_path / "crashed"
-    shutil.copytree(tmp_path / "data", crashed)  # as a SIGKILL leaves it: zeros after
+    crashed = _crash_image(storage, tmp_path / "data", tmp_path / "crashed")
     (segment,) = segment_files(crashed)
     size = segment.stat().st_size
-    assert _records_end(segment) < size
+    assert _records_end(segment) < size  # zeros after the records
 
-    with caplog.at_level(logging.INFO, logger="brokerlet.storage"):
-        survivor = DiskStorage(crashed, min_free_bytes=0)
-        try:
-            ledger, _ = survivor.open_topic(TOPIC)
-            assert [e.data for e in read_all(ledger)] == datas
-            assert append(ledger, [b"into the zeros"]) == len(datas)
-            survivor.flush()
-            assert segment.stat().st_size == size  # written inside the reserve
-        finally:
-            survivor.close()
+    with (
+        caplog.at_level(logging.INFO, logger="brokerlet.storage"),
+        _storage_at(crashed) as survivor,
+    ):
+        ledger, _ = survivor.open_topic(TOPIC)
+        assert [e.data for e in read_all(ledger)] == datas
+        assert append(ledger, [b"into the zeros"]) == len(datas)
+        survivor.flush()
+        assert segment.stat().st_size == size  # written inside the reserve
     assert caplog.records == []  # zeros at the end are no damage
-    reopened = DiskStorage(crashed, min_free_bytes=0)
-    try:
+    with _storage_at(crashed) as reopened:
         ledger, _ = reopened.open_topic(TOPIC)
         assert [e.data for e in read_all(ledger)] == [*datas, b"into the zeros"]
-    finally:
-        reopened.close()
 
 
 def test_records_after_a_gap_of_zeros_are_cut_not_taken_back(
@@ -598,9 +609,7 @@ def test_records_after_a_gap_of_zeros_are_cut_not_taken_back(
     ledger, _ = storage.open_topic(TOPIC)
     datas = [payload(i) for i in range(6)]
     append(ledger, datas)
-    storage.flush()
-    crashed = tmp_path / "crashed"
-    shutil.copytree(tmp_path / "data", crashed)
+    crashed = _crash_image(storage, tmp_path / "data", tmp_path / "crashed")
     storage.close()
     (segment,) = segment_files(crashed)
     end = _records_end(segment)
@@ -609,14 +618,13 @@ def test_records_after_a_gap_of_zeros_are_cut_not_taken_back(
         file.seek(end + 4096)
         file.write(stray)
 
-    with caplog.at_level(logging.WARNING, logger="brokerlet.storage"):
-        survivor = DiskStorage(crashed, min_free_bytes=0)
-        try:
-            ledger, _ = survivor.open_topic(TOPIC)
-            assert [e.data for e in read_all(ledger)] == datas
-            assert append(ledger, [b"next"]) == len(datas)
-        finally:
-            survivor.close()
+    with (
+        caplog.at_level(logging.WARNING, logger="brokerlet.storage"),
+        _storage_at(crashed) as survivor,
+    ):
+        ledger, _ = survivor.open_topic(TOPIC)
+        assert [e.data for e in read_all(ledger)] == datas
+        assert append(ledger, [b"next"]) == len(datas)
     (warning,) = caplog.records
     assert "data after a gap of zeros" in warning.getMessage()
     assert segment.stat().st_size == _records_end(segment)

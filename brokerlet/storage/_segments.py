@@ -262,7 +262,6 @@ class LogWriter:
         self._interval = interval
         self._dirty: dict[SegmentLog, None] = {}  # ordered set
         self._last_sync = time.monotonic()
-        self._reserves = policy is SyncPolicy.EVERY_BATCH
         self._short: dict[SegmentLog, None] = {}  # ledgers whose reserve runs low
 
     def deadline(self) -> float | None:
@@ -410,10 +409,10 @@ class LogWriter:
         old_fd = segment_log.fd
         if old_fd is not None:
             self._cut_reserve(segment_log, old_fd)
-        if old_fd is not None and segment_log.dirty:
-            ops.sync(old_fd)
-            segment_log.dirty = False
-            self._dirty.pop(segment_log, None)
+            if segment_log.dirty:
+                ops.sync(old_fd)
+                segment_log.dirty = False
+                self._dirty.pop(segment_log, None)
         self._ensure_created(segment_log)
         if self._policy is not SyncPolicy.NEVER or old_fd is not None:
             self._settle_creation(segment_log)
@@ -440,11 +439,11 @@ class LogWriter:
 
     def _cut_reserve(self, segment_log: SegmentLog, fd: int) -> None:
         """Cut a segment being sealed or closed back to its records; it is synced after."""
-        if self._reserves or segment_log.reserved:
-            if os.fstat(fd).st_size > segment_log.size:  # also zeros of a reserve that failed
-                self._ops.truncate(fd, segment_log.size)
-                segment_log.dirty = True
-            segment_log.reserved = 0
+        # The file's own size, not `reserved`: a reserve that failed may have left zeros too.
+        if os.fstat(fd).st_size > segment_log.size:
+            self._ops.truncate(fd, segment_log.size)
+            segment_log.dirty = True
+        segment_log.reserved = 0
 
     def _settle_creation(self, segment_log: SegmentLog) -> None:
         """Make the ledger's creation durable (once), before anything that depends on it."""
