@@ -1,20 +1,25 @@
 """The broker's CPU per message on the produce path alone, driven by a raw-socket producer.
 
-``python -m bench.micro.produce_cpu [--messages N] [--storage memory|disk] [--rounds R]``
+``python -m bench.micro.produce_cpu [--messages N] [--storage memory|disk] [--rounds R] [--keys K]``
 
 A plain blocking socket in this process sends pre-encoded unbatched SENDs of 128 bytes with a
 window of receipts in flight; the broker runs in a subprocess (brokerlet.testing's
 BrokerletProcess) and its CPU time (user + system) is divided by the messages. No
 pulsar-client and no consumer: the figure is decode, append, storage and receipt, and it
 stays meaningful on a loaded machine because it counts the broker's CPU, not wall clock.
-Prints figures, never asserts them. ``--source DIR`` runs the broker from another tree.
+Prints figures, never asserts them. ``--source DIR`` runs the broker from another tree;
+``--keys K`` gives each SEND one of K partition keys (the broker then hashes each key as it
+checks the SEND, for Key_Shared).
 """
 
 from __future__ import annotations
 
+import argparse
 import random
+import sys
 import uuid
 from collections.abc import Sequence
+from functools import partial
 
 from bench.micro.broker_cpu import run
 from bench.rawsocket import RawConnection
@@ -69,11 +74,17 @@ def measure(
 
 
 def main() -> None:
+    # --keys is this benchmark's own; everything else is the shared runner's.
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--keys", type=int, default=0)
+    known, sys.argv[1:] = parser.parse_known_args()
+    keys = [f"key-{number:04d}" for number in range(known.keys)]
     run(
         "python -m bench.micro.produce_cpu",
         "produce path",
-        measure,
-        f"unbatched 128 B SENDs, window {_WINDOW}",
+        partial(measure, keys=keys),
+        f"unbatched 128 B SENDs, window {_WINDOW}"
+        + (f", {known.keys:,} partition keys" if keys else ""),
     )
 
 
