@@ -11,6 +11,8 @@ from google.protobuf.message import EncodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from brokerlet.dispatch.key_shared import protobuf_key_hash
+from brokerlet.keyshared import plain_key_hash
 from brokerlet.storage.ledger import Entry
 from brokerlet.transport.protocol import (
     MAGIC_BROKER_ENTRY_METADATA,
@@ -39,7 +41,7 @@ from brokerlet.transport.protocol import (
     split_batch,
 )
 from brokerlet.transport.protocol._fast import COPY_LIMIT
-from brokerlet.transport.protocol._payload import plain_metadata
+from brokerlet.transport.protocol._payload import plain_key, plain_metadata
 
 LIMIT = 5 * 1024 * 1024 + 10 * 1024
 T = pb.BaseCommand
@@ -677,6 +679,29 @@ def test_the_plain_metadata_shortcut_gives_protobufs_verdict(metadata: bytes, sk
     if plain_metadata(entry):
         assert _verdict(entry) is None
     assert metadata_problem(entry) == _verdict(entry)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_near_plain_metadata(), st.integers(-1, 1))
+def test_a_hash_kept_on_send_is_the_one_dispatch_would_work_out(
+    metadata: bytes, skew: int
+) -> None:
+    # The SEND path keeps plain_key_hash(plain_key(entry)) with the entry, and Key_Shared
+    # routes by it instead of reading the key again: it must be protobuf's answer.
+    entry = struct.pack(">I", max(0, len(metadata) + skew)) + metadata + b"payload"
+    key = plain_key(entry)
+    if key is None:
+        return
+    parsed = parse_metadata(entry)
+    if key:
+        assert parsed.HasField("partition_key")
+    else:  # none, or an empty one: no hash is kept, dispatch works it out
+        assert not parsed.partition_key
+    kept = plain_key_hash(key)
+    if kept:
+        assert kept == protobuf_key_hash(Entry(1, 2, entry, 0, 1))
+    else:
+        assert not key or not key.isascii()
 
 
 def test_the_official_clients_plain_layouts_take_the_shortcut() -> None:

@@ -232,6 +232,28 @@ def test_round_trip_from_tail_cache_is_immediate(open_storage: Callable[..., Dis
     assert [e.data for e in entries] == [payload(i) for i in range(1, 4)]
 
 
+def test_a_kept_key_hash_is_read_from_the_cache_and_not_from_segments(
+    open_storage: Callable[..., DiskStorage],
+) -> None:
+    # A keyed SEND's hash travels with its entry while the entry is in memory; segment
+    # records do not hold it, so an entry read back from a file says 0 ("work it out").
+    storage = open_storage()
+    ledger, _ = storage.open_topic(TOPIC)
+    datas = [payload(i) for i in range(4)]
+    news = [NewEntry(d, crc32c(d), 1, 1000 + i) for i, d in enumerate(datas)]
+    done = gevent.event.AsyncResult()
+    ledger.append(news, done.set)
+    assert done.get(timeout=WAIT) == 0
+    cached = read(ledger, 0)
+    assert [e.key_hash for e in cached] == [1000, 1001, 1002, 1003]
+    assert read_ids(ledger, [2]) == [cached[2]]
+    storage.close()
+    reopened, _ = open_storage().open_topic(TOPIC)
+    from_disk = read(reopened, 0)
+    assert [e.key_hash for e in from_disk] == [0, 0, 0, 0]
+    assert [e._replace(key_hash=0) for e in cached] == from_disk
+
+
 def test_tail_cache_holds_no_objects_the_garbage_collector_walks(
     open_storage: Callable[..., DiskStorage],
 ) -> None:
@@ -1178,7 +1200,7 @@ def test_the_tail_cache_keeps_a_window_of_the_newest_entries(
     for op, arg in ops:
         if op == "extend":
             assert isinstance(arg, list)
-            news = [NewEntry(bytes([n % 256]) * n, n * 7, n % 5 + 1) for n in arg]
+            news = [NewEntry(bytes([n % 256]) * n, n * 7, n % 5 + 1, n * 11) for n in arg]
             cache.extend(9, next_id, news)
             for offset, new in enumerate(news):
                 appended[next_id + offset] = Entry(9, next_id + offset, *new)

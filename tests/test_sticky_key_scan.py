@@ -17,9 +17,10 @@ from brokerlet.dispatch.key_shared import (
     entry_key_hash,
     protobuf_key_hash,
 )
-from brokerlet.keyshared import KeySharedMeta
+from brokerlet.dispatch.replay import ReplaySet
+from brokerlet.keyshared import KeySharedMeta, plain_key_hash
 from brokerlet.storage.ledger import Entry
-from brokerlet.transport.protocol import ProtocolError, build_entry, pb, sticky_key
+from brokerlet.transport.protocol import ProtocolError, build_entry, pb, plain_key, sticky_key
 
 U64_MAX = (1 << 64) - 1
 EDGES = [0, 1, 127, 128, 16383, 16384, (1 << 32) - 1, (1 << 63) - 1, 1 << 63, U64_MAX]
@@ -194,11 +195,22 @@ def test_short_and_oversized_entries_fall_back() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.sampled_from(["k1", "k2", "k3", ""]) | st.none(), max_size=20))
-def test_a_read_batch_hashes_each_entry_as_alone(keys: list[str | None]) -> None:
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["k1", "k2", "k3", "", "ké"]) | st.none(), st.booleans()),
+        max_size=20,
+    ),
+    st.sets(st.integers(0, 19)),
+)
+def test_a_read_batch_hashes_each_entry_as_alone(
+    keys: list[tuple[str | None, bool]], replayed: set[int]
+) -> None:
+    # Some entries carry the hash their SEND's check kept (as read from memory or the tail
+    # cache), some none (as read back from a segment), and a replay read may know some
+    # from the replay set: every one routes as protobuf says.
     rules = KeySharedRules(KeySharedMeta(), Settings(), lambda: None)
     entries = []
-    for entry_id, key in enumerate(keys):
+    for entry_id, (key, sent_now) in enumerate(keys):
         if key is None:
             data = _entry(b"\x0a\xff")  # unreadable: routed as having no key
         else:
@@ -206,9 +218,14 @@ def test_a_read_batch_hashes_each_entry_as_alone(keys: list[str | None]) -> None
                 producer_name="p", sequence_id=entry_id, publish_time=1, partition_key=key
             )
             data = build_entry(metadata, b"x")
-        entries.append(Entry(1, entry_id, data, 0, 1))
+        kept = plain_key_hash(plain_key(data) or b"") if sent_now else 0
+        entries.append(Entry(1, entry_id, data, 0, 1, kept))
     expected = [
         NO_KEY_HASH if key is None else protobuf_key_hash(entry)
-        for key, entry in zip(keys, entries, strict=True)
+        for (key, _), entry in zip(keys, entries, strict=True)
     ]
     assert rules.key_hashes(entries) == expected
+    replay = ReplaySet()
+    for entry_id in sorted(replayed & set(range(len(entries)))):
+        replay.add(entry_id, expected[entry_id])
+    assert rules.key_hashes(entries, replay) == expected

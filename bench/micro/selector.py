@@ -4,9 +4,10 @@ Compares, side by side in one run, a selection from the published snapshot (its
 per-slot owner table) with the same lookup on the authoritative `SortedDict`, for 2,
 10 and 50 consumers, and measures `select_batch` per entry against the binary search
 on the snapshot's range ends it replaced. Then the whole per-entry path from a stored
-entry's bytes to its owner (key read, hashing, selection) for read batches of 100 and
-500 entries, 50 consumers, consistent hashing, 1,000 distinct keys: the dispatcher's
-code against the protobuf-and-bisect path it replaced, both in this run. Also the
+entry to its owner for read batches of 100 and 500 entries, 50 consumers, consistent
+hashing, 1,000 distinct keys: with the hash the SEND's check kept (plus that hashing),
+from the entry's bytes (key read, hashing, selection: an entry read back from a
+segment), and the protobuf-and-bisect path both replaced, all in this run. Also the
 owner table's build time per membership change and its size. Prints figures next to
 their targets and never asserts them. Run with
 ``python bench/micro/selector.py`` (or ``-m bench.micro.selector``); ``--quick``
@@ -32,11 +33,12 @@ from brokerlet.keyshared import (
     KeySharedMeta,
     Selector,
     StickySelector,
+    plain_key_hash,
     sticky_key_hash,
 )
 from brokerlet.keyshared.snapshot import HashRange, Snapshot
 from brokerlet.storage.ledger import Entry
-from brokerlet.transport.protocol import build_entry, pb
+from brokerlet.transport.protocol import build_entry, pb, plain_key
 
 SNAPSHOT_SPEEDUP_TARGET = 5.0
 BATCH_NS_TARGET = 100.0
@@ -159,15 +161,20 @@ def _stored_entries(count: int, rng: random.Random) -> list[Entry]:
 
 
 def run_entries(quick: bool = False) -> list[dict[str, Any]]:
-    """Per entry, from stored entry bytes to the owner, for each read batch size.
+    """Per entry, from a stored entry to its owner, for each read batch size.
 
-    The dispatcher's path (`KeySharedRules.key_hashes`: key read off the wire format, each
-    distinct key of the read hashed once, then `select_batch` on the owner table) against
-    the path it replaced (a protobuf decode and hash per entry, then a binary search).
+    The dispatcher's path (`KeySharedRules.key_hashes`, then `select_batch` on the owner
+    table) for entries as a topic stores a keyed SEND (the hash taken as the SEND was
+    checked, kept with the entry in memory and the tail cache), plus that hashing per
+    message; the same path for entries read back from a segment file, which carry no hash
+    (key read off the wire format, each distinct key of a read hashed once); and the path
+    those replaced (a protobuf decode and hash per entry, then a binary search).
 
     Returns:
-        One dict per batch size: ``batch``, ``consumers``, ``keys``, ``after_ns``,
-        ``before_ns``, and the after path's parts ``hash_ns`` and ``select_ns``.
+        One dict per batch size: ``batch``, ``consumers``, ``keys``; ``kept_ns`` (the
+        dispatcher's per entry with kept hashes), ``send_hash_ns`` (the SEND path's hashing
+        per message) and their sum ``after_ns``; ``bytes_ns`` for entries without a kept
+        hash, with its parts ``hash_ns`` and ``select_ns``; ``before_ns``.
     """
     repeats, rounds = (3, 4) if quick else (7, 20)
     rng = random.Random(19)
@@ -175,26 +182,34 @@ def run_entries(quick: bool = False) -> list[dict[str, Any]]:
     rules = KeySharedRules(KeySharedMeta(), Settings(), lambda: None)
     rules.selector = selector
     print(
-        f"Key_Shared per entry from stored bytes to owner, {ENTRY_CONSUMERS} consumers, "
-        f"consistent hashing, {DISTINCT_KEYS} distinct keys (best of {repeats})"
+        f"Key_Shared per entry from a stored entry to its owner, {ENTRY_CONSUMERS} consumers, "
+        f"consistent hashing, {DISTINCT_KEYS} distinct keys (best of {repeats}), ns"
     )
     print(f"target: <= {BATCH_NS_TARGET:.0f} ns/entry incl. hashing")
-    header = f"{'batch':>6}{'after':>10}{'(hash':>9}{'+ select)':>11}{'before':>10}{'speedup':>9}"
+    header = (
+        f"{'batch':>6}{'kept':>7}{'+ SEND hash':>13}{'= all':>8}"
+        f"{'no kept hash':>14}{'(hash':>8}{'+ select)':>11}{'before':>9}"
+    )
     print(header)
     print("-" * len(header))
     results: list[dict[str, Any]] = []
     for size in ENTRY_BATCH_SIZES:
         figures = _measure_entries(_stored_batches(size, rounds, rng), rules, repeats)
+        after = figures["kept"] + figures["send_hash"]
         print(
-            f"{size:>6}{figures['after']:>10.0f}{figures['hash']:>9.0f}{figures['select']:>11.0f}"
-            f"{figures['before']:>10.0f}{figures['before'] / figures['after']:>8.1f}x"
+            f"{size:>6}{figures['kept']:>7.0f}{figures['send_hash']:>13.0f}{after:>8.0f}"
+            f"{figures['bytes']:>14.0f}{figures['hash']:>8.0f}{figures['select']:>11.0f}"
+            f"{figures['before']:>9.0f}"
         )
         results.append(
             {
                 "batch": size,
                 "consumers": ENTRY_CONSUMERS,
                 "keys": DISTINCT_KEYS,
-                "after_ns": figures["after"],
+                "after_ns": after,
+                "kept_ns": figures["kept"],
+                "send_hash_ns": figures["send_hash"],
+                "bytes_ns": figures["bytes"],
                 "hash_ns": figures["hash"],
                 "select_ns": figures["select"],
                 "before_ns": figures["before"],
@@ -218,12 +233,29 @@ def _stored_batches(size: int, rounds: int, rng: random.Random) -> list[list[Ent
 def _measure_entries(
     batches: list[list[Entry]], rules: KeySharedRules, repeats: int
 ) -> dict[str, float]:
-    """ns per entry of the dispatcher's path, its two parts, and the path it replaced."""
+    """ns per entry of the dispatcher's paths, their parts, and the path they replaced."""
     selector = rules.selector
     bisect_batch = _bisect_batch(selector)
     hashes_of = [rules.key_hashes(batch) for batch in batches]
+    kept = [
+        [entry._replace(key_hash=plain_key_hash(plain_key(entry.data) or b"")) for entry in batch]
+        for batch in batches
+    ]
+    if [rules.key_hashes(batch) for batch in kept] != hashes_of:
+        raise AssertionError("a hash kept at SEND differs from the dispatcher's own")
+    keys = [[plain_key(entry.data) or b"" for entry in batch] for batch in batches]
 
-    def after() -> None:
+    def with_kept() -> None:
+        for batch in kept:
+            selector.select_batch(rules.key_hashes(batch))
+
+    def send_hashing() -> None:
+        # What the SEND path adds per keyed message: its plain check was made before too
+        # and returns the key it passes over.
+        for batch in keys:
+            list(map(plain_key_hash, batch))
+
+    def from_bytes() -> None:
         for batch in batches:
             _afresh(rules)  # each read is hashed afresh, as in dispatch
             selector.select_batch(rules.key_hashes(batch))
@@ -244,7 +276,9 @@ def _measure_entries(
     ops = sum(len(batch) for batch in batches)
     _afresh(rules)
     return {
-        "after": _best_ns_per_op(after, ops, repeats),
+        "kept": _best_ns_per_op(with_kept, ops, repeats),
+        "send_hash": _best_ns_per_op(send_hashing, ops, repeats),
+        "bytes": _best_ns_per_op(from_bytes, ops, repeats),
         "hash": _best_ns_per_op(hashing, ops, repeats),
         "select": _best_ns_per_op(selecting, ops, repeats),
         "before": _best_ns_per_op(before, ops, repeats),

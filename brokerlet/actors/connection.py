@@ -72,7 +72,7 @@ from brokerlet.actors.stats_reader import consumer_figures
 from brokerlet.actors.supervision import record_failure, tell_quietly
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
-from brokerlet.keyshared import KeySharedMeta
+from brokerlet.keyshared import KeySharedMeta, plain_key_hash
 from brokerlet.metadata import MetadataStore
 from brokerlet.metadata.listeners import Listener, UnknownListener, parse_listeners, pick_listener
 from brokerlet.metadata.naming import InvalidName, TopicName
@@ -111,7 +111,7 @@ from brokerlet.transport.protocol import (
     metadata_problem,
     parse_metadata,
     pb,
-    plain_metadata,
+    plain_key,
 )
 
 if TYPE_CHECKING:
@@ -738,9 +738,13 @@ class ConnectionActor(GeventActor):
             if highest is None:
                 highest = sequence_id
             data, checksum, checksum_ok = section
-            if checksum_ok and len(data) <= max_size and plain_metadata(data):
-                # Nearly every SEND: the official client's plain layout needs no parse.
-                entry = _as_named(NewEntry, (data, checksum, num_messages))
+            key = plain_key(data) if checksum_ok and len(data) <= max_size else None
+            if key is not None:
+                # Nearly every SEND: the official client's plain layout needs no parse. A
+                # partition key read on the way is hashed once here for Key_Shared, not at
+                # every read of every subscription.
+                key_hash = plain_key_hash(key) if key else 0
+                entry = _as_named(NewEntry, (data, checksum, num_messages, key_hash))
                 items.append(_as_named(AppendItem, (sequence_id, highest, entry, None)))
             else:
                 items.append(
@@ -780,7 +784,7 @@ class ConnectionActor(GeventActor):
         else:
             refusal = _metadata_refusal(data)
             if refusal is None:
-                entry = _as_named(NewEntry, (data, checksum, num_messages))
+                entry = _as_named(NewEntry, (data, checksum, num_messages, 0))
         if refusal is not None:
             self._refused.warn(
                 "%s: refused SEND %d of producer %s: %s",

@@ -117,7 +117,7 @@ class DeliveryBook:
         pending = consumer.pending
         size = 0
         # An Entry's fields unpacked at once: an attribute read is a descriptor call.
-        for _, entry_id, data, _, num_messages in batch:
+        for _, entry_id, data, _, num_messages, _ in batch:
             owner[entry_id] = consumer
             pending[entry_id] = num_messages
             size += len(data)

@@ -54,7 +54,7 @@ from brokerlet.keyshared import (
     sticky_key_hash,
 )
 from brokerlet.keyshared.meta import AUTO_SPLIT, STICKY
-from brokerlet.storage.ledger import Entry, messages_of
+from brokerlet.storage.ledger import Entry, key_hash_of, messages_of
 from brokerlet.transport.protocol import ProtocolError, parse_metadata, pb, sticky_key
 
 __all__ = ["KeySharedRules", "KeySharedStrategy", "entry_key_hash"]
@@ -72,12 +72,15 @@ def entry_key_hash(entry: Entry) -> int:
     ``<producer name>-<sequence id>``. A batch carries its first message's key; producers
     should batch by key (``batching_type=KeyBased``) for per-key routing.
 
-    The key is read off the metadata's wire format (:func:`sticky_key`), which answers for
-    every entry the official client writes; anything it declines goes through protobuf.
+    The hash the SEND's check kept with the entry when it has one; else the key is read off
+    the metadata's wire format (:func:`sticky_key`), which answers for every entry the
+    official client writes; anything it declines goes through protobuf.
 
     Raises:
         ProtocolError: the metadata cannot be decoded.
     """
+    if entry.key_hash:
+        return entry.key_hash
     key = sticky_key(entry.data)
     if key is None:
         return protobuf_key_hash(entry)
@@ -184,24 +187,30 @@ class KeySharedRules:
         return self.key_hashes((entry,))[0]
 
     def key_hashes(self, entries: Sequence[Entry], replay: ReplaySet | None = None) -> list[int]:
-        """:meth:`key_hash` of each entry, hashing each distinct key of the read once; for a
-        replay read, the hashes the replay set kept (``replay``), each one it lacks worked out."""
-        known = [replay.key_hash(entry.entry_id) for entry in entries] if replay else None
-        if known is not None and all(known):
-            return known
+        """:meth:`key_hash` of each entry: the hashes kept with the entries (a keyed SEND's,
+        in memory and the tail cache), then for a replay read those the replay set kept
+        (``replay``), and any still missing worked out, each distinct key of the read once."""
+        hashes = list(map(key_hash_of, entries))  # in C: nearly every keyed read ends here
+        if 0 not in hashes:
+            return hashes
+        if replay:
+            hashes = [
+                h or replay.key_hash(e.entry_id) for h, e in zip(hashes, entries, strict=True)
+            ]
+            if 0 not in hashes:
+                return hashes
         by_key: dict[bytes, int] = {}
-        hashes: list[int] = []
-        for entry in entries:
+        for index, entry in enumerate(entries):
+            if hashes[index]:
+                continue
             key = sticky_key(entry.data)
             if key is None:
-                hashes.append(self._protobuf_hash(entry))
+                hashes[index] = self._protobuf_hash(entry)
                 continue
             key_hash = by_key.get(key)
             if key_hash is None:
                 key_hash = by_key[key] = sticky_key_hash(key) or 1
-            hashes.append(key_hash)
-        if known is not None:
-            return [kept or worked_out for kept, worked_out in zip(known, hashes, strict=True)]
+            hashes[index] = key_hash
         return hashes
 
     def _protobuf_hash(self, entry: Entry) -> int:

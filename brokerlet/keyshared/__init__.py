@@ -21,6 +21,7 @@ from brokerlet.keyshared.hashing import (
     RANGE_SIZE,
     STICKY_KEY_HASH_NOT_SET,
     murmur3_32,
+    plain_key_hash,
     sticky_key,
     sticky_key_hash,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "diff_snapshots",
     "make_selector",
     "murmur3_32",
+    "plain_key_hash",
     "sticky_key",
     "sticky_key_hash",
 ]

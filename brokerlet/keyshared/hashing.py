@@ -30,6 +30,7 @@ __all__ = [
     "RANGE_SIZE",
     "STICKY_KEY_HASH_NOT_SET",
     "murmur3_32",
+    "plain_key_hash",
     "sticky_key",
     "sticky_key_hash",
 ]
@@ -105,6 +106,22 @@ if _HAVE_MMH3:
         """
         return _mmh3_hash(key, 0, False) & _MASK_31
 
+    def plain_key_hash(key: bytes) -> int:
+        """The hash a SEND's check keeps with an entry whose partition key it read on the way
+        (``brokerlet.transport.protocol.plain_key``), as dispatch would work it out.
+
+        Args:
+            key: the partition key; ``b""`` for none.
+
+        Returns:
+            ``sticky_key_hash(key) or 1`` (0 means "no hash"); 0 for ``b""`` (an empty key
+            or none, which route differently) and for a key that is not ASCII, which
+            dispatch reads as protobuf does.
+        """
+        if key and key.isascii():
+            return _mmh3_hash(key, 0, False) & _MASK_31 or 1  # one call: once per keyed SEND
+        return 0
+
 else:  # pragma: no cover - only where mmh3 is missing
 
     def murmur3_32(data: bytes, seed: int = 0) -> int:
@@ -114,6 +131,12 @@ else:  # pragma: no cover - only where mmh3 is missing
     def sticky_key_hash(key: bytes) -> int:
         """Pulsar's 31-bit sticky-key hash: ``murmur3_32(key) & 0x7fffffff``."""
         return _murmur3_32_pure(key) & _MASK_31
+
+    def plain_key_hash(key: bytes) -> int:
+        """The hash a SEND keeps with a keyed entry (pure Python): as above."""
+        if key and key.isascii():
+            return _murmur3_32_pure(key) & _MASK_31 or 1
+        return 0
 
 
 def sticky_key(metadata: MessageMetadata) -> bytes:

@@ -28,6 +28,7 @@ __all__ = [
     "NewEntry",
     "ReadCallback",
     "data_of",
+    "key_hash_of",
     "messages_of",
 ]
 
@@ -39,11 +40,14 @@ class NewEntry(NamedTuple):
         data: ``[metadata size][metadata][payload]`` as the producer sent it.
         checksum: CRC32C of ``data`` (kept so a delivery needs no recomputation).
         num_messages: messages in the entry (``num_messages_in_batch`` for a batch, else 1).
+        key_hash: its Key_Shared sticky-key hash where the SEND's check read the key on the
+            way (a partition key in the plain layout), else 0: worked out when dispatched.
     """
 
     data: bytes
     checksum: int
     num_messages: int
+    key_hash: int = 0
 
 
 class Entry(NamedTuple):
@@ -59,6 +63,7 @@ class Entry(NamedTuple):
     data: bytes
     checksum: int
     num_messages: int
+    key_hash: int = 0  # as NewEntry's: kept in memory and the tail cache, 0 from a segment
 
     @property
     def size(self) -> int:
@@ -68,6 +73,7 @@ class Entry(NamedTuple):
 # An entry's fields (an Entry's or a NewEntry's) for C-level loops: sum(map(messages_of, ...)).
 messages_of = attrgetter("num_messages")
 data_of = attrgetter("data")
+key_hash_of = attrgetter("key_hash")
 
 _as_entry = tuple.__new__  # Entry from a tuple of its fields, without its Python constructor
 
@@ -86,20 +92,21 @@ def count_within(data: Sequence[bytes], max_bytes: int) -> int:
 
 
 class EntryColumns:
-    """Stored entries as columns: their data in a list, checksums and message counts in
-    arrays, indexed from 0; `Entry` objects are made as entries are read.
+    """Stored entries as columns: their data in a list, checksums, message counts and key
+    hashes in arrays, indexed from 0; `Entry` objects are made as entries are read.
 
     No object per entry for the garbage collector. A tuple per entry is tracked from its
     creation until a collection untracks it: under sustained produce the stored entries were
     5,000-10,000 of the 10,000-13,000 objects at each young collection.
     """
 
-    __slots__ = ("checksums", "data", "messages")
+    __slots__ = ("checksums", "data", "key_hashes", "messages")
 
     def __init__(self) -> None:
         self.data: list[bytes] = []
         self.checksums = array("L")
         self.messages = array("l")
+        self.key_hashes = array("i")  # 31-bit hashes
 
     def __len__(self) -> int:
         return len(self.data)
@@ -108,15 +115,21 @@ class EntryColumns:
         """Append entries; returns the bytes of their data."""
         if not entries:
             return 0
-        data, checksums, messages = zip(*entries, strict=True)  # NewEntry's three columns
+        data, checksums, messages, key_hashes = zip(*entries, strict=True)  # NewEntry's columns
         self.data += data
         self.checksums.extend(checksums)
         self.messages.extend(messages)
+        self.key_hashes.extend(key_hashes)
         return sum(map(len, data))
 
     def entry(self, ledger_id: int, entry_id: int, index: int) -> Entry:
         return Entry(
-            ledger_id, entry_id, self.data[index], self.checksums[index], self.messages[index]
+            ledger_id,
+            entry_id,
+            self.data[index],
+            self.checksums[index],
+            self.messages[index],
+            self.key_hashes[index],
         )
 
     def entries(self, ledger_id: int, first_id: int, low: int, high: int) -> list[Entry]:
@@ -128,6 +141,7 @@ class EntryColumns:
             self.data[low:high],
             self.checksums[low:high],
             self.messages[low:high],
+            self.key_hashes[low:high],
         )
         return list(map(_as_entry, repeat(Entry), fields))
 
@@ -135,6 +149,7 @@ class EntryColumns:
         del self.data[:count]
         del self.checksums[:count]
         del self.messages[:count]
+        del self.key_hashes[:count]
 
 
 AppendCallback = Callable[[int | BaseException], None]

@@ -51,6 +51,7 @@ from brokerlet.transport.protocol._payload import (
     encode_batch,
     metadata_problem,
     parse_metadata,
+    plain_key,
     plain_metadata,
     split_batch,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "metadata_problem",
     "parse_metadata",
     "pb",
+    "plain_key",
     "plain_metadata",
     "publish_time",
     "repack_entry",

@@ -222,9 +222,9 @@ def encode_message(  # noqa: PLR0917 (the positional signature is the public API
     return header, entry
 
 
-StoredEntry = tuple[int, int, bytes, int, int]
+StoredEntry = tuple[int, int, bytes, int, int, int]
 """What :func:`encode_messages` takes of an entry: the fields of a ledger's ``Entry`` in its
-order (ledger id, entry id, data, checksum, messages), unpacked at once rather than read
+order (ledger id, entry id, data, checksum, messages, key hash), unpacked at once rather than read
 one attribute at a time."""
 
 
@@ -301,7 +301,7 @@ def encode_messages(
     ledger_id = -1
     ledger = b""
     id_size = 0  # of the first-delivery layout in hand (0: none yet)
-    for (entry_ledger, entry_id, data, checksum, _), redelivery_count in zip(
+    for (entry_ledger, entry_id, data, checksum, _, _), redelivery_count in zip(
         entries, redelivery_counts, strict=True
     ):
         if entry_ledger != ledger_id:

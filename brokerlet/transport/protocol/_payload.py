@@ -34,6 +34,8 @@ __all__ = [
     "encode_batch",
     "metadata_problem",
     "parse_metadata",
+    "plain_key",
+    "plain_metadata",
     "split_batch",
     "split_checksummed",
 ]
@@ -187,27 +189,30 @@ PLAIN_METADATA_FIELDS = rb"\x10[\x80-\xff]{0,8}[\x00-\x7f]\x18[\x80-\xff]{0,8}[\
 _PLAIN_METADATA_TAIL = re.compile(PLAIN_METADATA_FIELDS).match
 
 
-def plain_metadata(entry: bytes) -> bool:
-    """Whether the entry's metadata is exactly producer_name (under 128 bytes), sequence_id,
-    publish_time, any properties (each a key and a value, in that order, under 128 bytes
-    together) and optionally partition_key (under 128 bytes), in that order.
+def plain_key(entry: bytes) -> bytes | None:
+    """The partition key of an entry whose metadata is in the official client's plain layout:
+    producer_name (under 128 bytes), sequence_id, publish_time, any properties (each a key
+    and a value, in that order, under 128 bytes together) and optionally partition_key
+    (under 128 bytes), in that order; ``b""`` for such an entry without a partition key.
 
     Protobuf accepts every such metadata (proto2 does not check strings are UTF-8): most
-    SENDs are checked without a parse. False says nothing either way.
+    SENDs are checked without a parse, and a keyed one's key comes with the check. ``b""``
+    stands for an empty key too, which Key_Shared routes unlike no key: read it as "no key
+    read", never as "no key". None says nothing either way.
     """
     size = len(entry)
     if size < 6 or entry[4] != 0x0A or entry[5] >= 0x80:
-        return False
+        return None
     end = 4 + _U32.unpack_from(entry, 0)[0]
     if end > size:
-        return False
+        return None
     match = _PLAIN_METADATA_TAIL(entry, 6 + entry[5], end)
     if match is None:
-        return False
+        return None
     at = match.end()
     while at < end and entry[at] == 0x22:  # a property: 0x22 size 0x0A key-size key 0x12 ...
         if at + 6 > end:
-            return False
+            return None
         stop = at + 2 + entry[at + 1]
         value_at = at + 4 + entry[at + 3]
         if (
@@ -220,16 +225,20 @@ def plain_metadata(entry: bytes) -> bool:
             or entry[value_at + 1] >= 0x80
             or value_at + 2 + entry[value_at + 1] != stop
         ):
-            return False
+            return None
         at = stop
     if at == end:
-        return True
-    return (
-        entry[at] == 0x32
-        and at + 1 < end
-        and entry[at + 1] < 0x80
-        and (at + 2 + entry[at + 1] == end)
-    )
+        return b""
+    # A partition key that ends the metadata: its tag, its one-byte size, the key.
+    size_at = at + 1
+    if entry[at] == 0x32 and size_at < end and entry[size_at] < 0x80:
+        return entry[size_at + 1 : end] if size_at + 1 + entry[size_at] == end else None
+    return None
+
+
+def plain_metadata(entry: bytes) -> bool:
+    """Whether the entry's metadata is in the plain layout :func:`plain_key` reads."""
+    return plain_key(entry) is not None
 
 
 def metadata_problem(entry: bytes) -> str | None:
