@@ -683,9 +683,7 @@ def test_the_plain_metadata_shortcut_gives_protobufs_verdict(metadata: bytes, sk
 
 @settings(max_examples=1000, deadline=None)
 @given(_near_plain_metadata(), st.integers(-1, 1))
-def test_a_hash_kept_on_send_is_the_one_dispatch_would_work_out(
-    metadata: bytes, skew: int
-) -> None:
+def test_a_hash_kept_on_send_is_the_one_dispatch_would_work_out(metadata: bytes, skew: int) -> None:
     # The SEND path keeps plain_key_hash(plain_key(entry)) with the entry, and Key_Shared
     # routes by it instead of reading the key again: it must be protobuf's answer.
     entry = struct.pack(">I", max(0, len(metadata) + skew)) + metadata + b"payload"
@@ -719,6 +717,11 @@ def test_the_official_clients_plain_layouts_take_the_shortcut() -> None:
     assert plain_metadata(build_entry(keyed, b"x" * 128))
     keyed.event_time = 5  # any other field: protobuf decides
     assert not plain_metadata(build_entry(keyed, b"x"))
+    # Nor is a delayed message plain: an entry marked plain on SEND has no delivery time.
+    delayed = pb.MessageMetadata()
+    delayed.CopyFrom(plain)
+    delayed.deliver_at_time = 1_796_130_230_000
+    assert plain_key(build_entry(delayed, b"x")) is None
     assert metadata_problem(build_entry(keyed, b"x")) is None
 
 

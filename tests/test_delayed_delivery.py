@@ -21,7 +21,7 @@ from brokerlet.config import Settings
 from brokerlet.dispatch.delayed import DelayedDelivery, DelayTracker
 from brokerlet.dispatch.replay import ReplaySet
 from brokerlet.storage.cursor import Cursor
-from brokerlet.storage.ledger import Entry
+from brokerlet.storage.ledger import PLAIN_UNHASHED, Entry
 from brokerlet.testing.process import BrokerletProcess
 from brokerlet.transport.protocol import (
     build_entry,
@@ -130,12 +130,12 @@ def test_filter_holds_future_entries_without_blocking_later_ones() -> None:
     rule, replay, cursor, wakes = _filter(clock)
     now_ms = 1_000_000
     entries = [
-        _entry(0),
+        _entry(0)._replace(key_hash=PLAIN_UNHASHED),  # marked plain on SEND: no delivery time
         _entry(1, now_ms + 5_000),
         _entry(2, now_ms - 86_400_000),  # in the past: at once
         _entry(3, now_ms + 500),  # within a tick: at once (Pulsar's non-strict cut-off)
         _entry(4, now_ms + 10 * 365 * 86_400_000),  # ten years ahead: held, counted
-        _entry(5),
+        _entry(5)._replace(key_hash=77),  # a keyed SEND's kept hash: plain too
     ]
     kept = rule.admit(entries, replay=False)
     assert [e.entry_id for e in kept] == [0, 2, 3, 5]

@@ -92,7 +92,7 @@ from brokerlet.producers.messages import (
 from brokerlet.schema import SchemaError, SchemaRegistry
 from brokerlet.schema import wire as schema_wire
 from brokerlet.security.session import CheckCredentials, ConnectionAuth
-from brokerlet.storage.ledger import NewEntry
+from brokerlet.storage.ledger import PLAIN_UNHASHED, NewEntry
 from brokerlet.topicops.wire import knows_end_of_topic, reached_end_of_topic
 from brokerlet.transport.protocol import (
     PONG_FRAME,
@@ -738,12 +738,11 @@ class ConnectionActor(GeventActor):
             if highest is None:
                 highest = sequence_id
             data, checksum, checksum_ok = section
-            key = plain_key(data) if checksum_ok and len(data) <= max_size else None
-            if key is not None:
+            if checksum_ok and len(data) <= max_size and (key := plain_key(data)) is not None:
                 # Nearly every SEND: the official client's plain layout needs no parse. A
                 # partition key read on the way is hashed once here for Key_Shared, not at
-                # every read of every subscription.
-                key_hash = plain_key_hash(key) if key else 0
+                # every read of every subscription; either way the entry is marked plain.
+                key_hash = (plain_key_hash(key) if key else 0) or PLAIN_UNHASHED
                 entry = _as_named(NewEntry, (data, checksum, num_messages, key_hash))
                 items.append(_as_named(AppendItem, (sequence_id, highest, entry, None)))
             else:

@@ -22,7 +22,7 @@ from brokerlet.config import Settings
 from brokerlet.dispatch.replay import ReplaySet
 from brokerlet.dispatch.strategy import WakeAfter
 from brokerlet.storage.cursor import Cursor
-from brokerlet.storage.ledger import Entry
+from brokerlet.storage.ledger import Entry, key_hash_of
 from brokerlet.transport.protocol import deliver_at_time, may_deliver_later
 
 __all__ = ["MAX_WAKE_MS", "DelayTracker", "DelayedDelivery"]
@@ -120,6 +120,8 @@ class DelayedDelivery:
     def admit(self, entries: list[Entry], *, replay: bool) -> list[Entry]:
         if replay or not self._enabled or not self._applies():
             return entries  # a replayed entry was due already (or is a redelivery)
+        if 0 not in map(key_hash_of, entries):
+            return entries  # all were checked plain on SEND: no delivery times (in C)
         if not may_deliver_later(map(_DATA, entries)):
             return entries
         now = int(self._clock() * 1000)

@@ -79,7 +79,7 @@ def entry_key_hash(entry: Entry) -> int:
     Raises:
         ProtocolError: the metadata cannot be decoded.
     """
-    if entry.key_hash:
+    if entry.key_hash > 0:
         return entry.key_hash
     key = sticky_key(entry.data)
     if key is None:
@@ -191,17 +191,18 @@ class KeySharedRules:
         in memory and the tail cache), then for a replay read those the replay set kept
         (``replay``), and any still missing worked out, each distinct key of the read once."""
         hashes = list(map(key_hash_of, entries))  # in C: nearly every keyed read ends here
-        if 0 not in hashes:
+        if not hashes or min(hashes) > 0:
             return hashes
         if replay:
             hashes = [
-                h or replay.key_hash(e.entry_id) for h, e in zip(hashes, entries, strict=True)
+                h if h > 0 else replay.key_hash(e.entry_id)
+                for h, e in zip(hashes, entries, strict=True)
             ]
-            if 0 not in hashes:
+            if min(hashes) > 0:
                 return hashes
         by_key: dict[bytes, int] = {}
         for index, entry in enumerate(entries):
-            if hashes[index]:
+            if hashes[index] > 0:
                 continue
             key = sticky_key(entry.data)
             if key is None:

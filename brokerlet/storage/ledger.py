@@ -20,6 +20,7 @@ from typing import NamedTuple, Protocol
 from brokerlet.storage.retention import SegmentInfo
 
 __all__ = [
+    "PLAIN_UNHASHED",
     "AppendCallback",
     "Entry",
     "EntryColumns",
@@ -40,8 +41,10 @@ class NewEntry(NamedTuple):
         data: ``[metadata size][metadata][payload]`` as the producer sent it.
         checksum: CRC32C of ``data`` (kept so a delivery needs no recomputation).
         num_messages: messages in the entry (``num_messages_in_batch`` for a batch, else 1).
-        key_hash: its Key_Shared sticky-key hash where the SEND's check read the key on the
-            way (a partition key in the plain layout), else 0: worked out when dispatched.
+        key_hash: what the SEND's check learnt of the metadata on the way: above 0, the
+            Key_Shared sticky-key hash of the partition key it read; `PLAIN_UNHASHED`, the
+            plain layout with no hash taken (no delivery time either); 0, nothing (an
+            unusual layout, or an entry read back from a segment): read it when needed.
     """
 
     data: bytes
@@ -69,6 +72,11 @@ class Entry(NamedTuple):
     def size(self) -> int:
         return len(self.data)
 
+
+PLAIN_UNHASHED = -1
+"""An entry's ``key_hash`` when its SEND had the plain metadata layout but no key was hashed:
+it has no ``deliver_at_time`` (that field is not in the layout); its sticky key is read
+when needed. Every non-zero ``key_hash`` says the same of the delivery time."""
 
 # An entry's fields (an Entry's or a NewEntry's) for C-level loops: sum(map(messages_of, ...)).
 messages_of = attrgetter("num_messages")
@@ -106,7 +114,7 @@ class EntryColumns:
         self.data: list[bytes] = []
         self.checksums = array("L")
         self.messages = array("l")
-        self.key_hashes = array("i")  # 31-bit hashes
+        self.key_hashes = array("i")  # 31-bit hashes, 0 or PLAIN_UNHASHED
 
     def __len__(self) -> int:
         return len(self.data)
@@ -115,11 +123,13 @@ class EntryColumns:
         """Append entries; returns the bytes of their data."""
         if not entries:
             return 0
-        data, checksums, messages, key_hashes = zip(*entries, strict=True)  # NewEntry's columns
+        # NewEntry's four columns (unpacking checks there are four). An array takes a list
+        # through a fast path, and a tuple one item at a time: about 30% less per entry.
+        data, checksums, messages, key_hashes = zip(*entries, strict=False)
         self.data += data
-        self.checksums.extend(checksums)
-        self.messages.extend(messages)
-        self.key_hashes.extend(key_hashes)
+        self.checksums.fromlist(list(checksums))
+        self.messages.fromlist(list(messages))
+        self.key_hashes.fromlist(list(key_hashes))
         return sum(map(len, data))
 
     def entry(self, ledger_id: int, entry_id: int, index: int) -> Entry:

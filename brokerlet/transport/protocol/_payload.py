@@ -187,6 +187,10 @@ def parse_metadata(entry: bytes) -> pb.MessageMetadata:
 # if it has one.
 PLAIN_METADATA_FIELDS = rb"\x10[\x80-\xff]{0,8}[\x00-\x7f]\x18[\x80-\xff]{0,8}[\x00-\x7f]"
 _PLAIN_METADATA_TAIL = re.compile(PLAIN_METADATA_FIELDS).match
+# The same with nothing after it but a partition key: its size byte, then the key.
+_PLAIN_NO_PROPERTIES = re.compile(
+    PLAIN_METADATA_FIELDS + rb"(?:\x32([\x00-\x7f])(.*))?", re.S
+).fullmatch
 
 
 def plain_key(entry: bytes) -> bytes | None:
@@ -206,6 +210,12 @@ def plain_key(entry: bytes) -> bytes | None:
     end = 4 + _U32.unpack_from(entry, 0)[0]
     if end > size:
         return None
+    simple = _PLAIN_NO_PROPERTIES(entry, 6 + entry[5], end)
+    if simple is not None:  # the usual SEND, in one C call
+        key = simple[2]
+        if key is None:
+            return b""
+        return key if len(key) == simple[1][0] else None
     match = _PLAIN_METADATA_TAIL(entry, 6 + entry[5], end)
     if match is None:
         return None
