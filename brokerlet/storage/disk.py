@@ -62,7 +62,6 @@ import shutil
 import time
 from array import array
 from collections.abc import Callable, Sequence
-from itertools import accumulate
 
 import gevent
 import gevent.event
@@ -224,9 +223,12 @@ class DiskLedger:
             self._stamps.append(0)
         self._stamps[-1] = int(time.time() * 1000)
         segment = segments[-1]
-        starts = list(accumulate(job.sizes, initial=job.offset))  # and the end, last
-        segment.end = starts.pop()
-        segment.offsets.fromlist(starts)
+        offsets = segment.offsets
+        offset = job.offset
+        for size in job.sizes:
+            offsets.append(offset)
+            offset += size
+        segment.end = offset
         first_id = job.first_id
         self._last = first_id + job.count - 1
         if not self._closed:
