@@ -742,7 +742,7 @@ class ConnectionActor(GeventActor):
                 # Nearly every SEND: the official client's plain layout needs no parse. A
                 # partition key read on the way is hashed once here for Key_Shared, not at
                 # every read of every subscription; either way the entry is marked plain.
-                key_hash = (plain_key_hash(key) if key else 0) or PLAIN_UNHASHED
+                key_hash = (plain_key_hash(key) or PLAIN_UNHASHED) if key else PLAIN_UNHASHED
                 entry = _as_named(NewEntry, (data, checksum, num_messages, key_hash))
                 items.append(_as_named(AppendItem, (sequence_id, highest, entry, None)))
             else:
