@@ -41,7 +41,7 @@ from brokerlet.transport.protocol import (
     split_batch,
 )
 from brokerlet.transport.protocol._fast import COPY_LIMIT
-from brokerlet.transport.protocol._payload import plain_key, plain_metadata
+from brokerlet.transport.protocol._payload import plain_key
 
 LIMIT = 5 * 1024 * 1024 + 10 * 1024
 T = pb.BaseCommand
@@ -645,7 +645,7 @@ def _mostly(usual: object, *others: object, odds: int = 4) -> st.SearchStrategy[
 
 @st.composite
 def _near_plain_metadata(draw: st.DrawFn) -> bytes:
-    """Bytes shaped like the plain layout `plain_metadata` accepts, often slightly off."""
+    """Bytes shaped like the plain layout `plain_key` accepts, often slightly off."""
     name = draw(st.binary(max_size=3))
     pieces = [b"\x0a", bytes([(len(name) + draw(_mostly(0, -1, 1, 0x80))) % 256]), name]
     pieces += [draw(_mostly(b"\x10", b"\x18", b"\x11")), draw(_VARINTS)]
@@ -676,7 +676,7 @@ def _near_plain_metadata(draw: st.DrawFn) -> bytes:
 @given(_near_plain_metadata(), st.integers(-1, 1))
 def test_the_plain_metadata_shortcut_gives_protobufs_verdict(metadata: bytes, skew: int) -> None:
     entry = struct.pack(">I", max(0, len(metadata) + skew)) + metadata + b"payload"
-    if plain_metadata(entry):
+    if plain_key(entry) is not None:
         assert _verdict(entry) is None
     assert metadata_problem(entry) == _verdict(entry)
 
@@ -710,13 +710,13 @@ def test_the_official_clients_plain_layouts_take_the_shortcut() -> None:
     keyed = pb.MessageMetadata()
     keyed.CopyFrom(plain)
     keyed.partition_key = "key-17"
-    assert plain_metadata(build_entry(plain, b"x" * 128))
-    assert plain_metadata(build_entry(keyed, b"x" * 128))
+    assert plain_key(build_entry(plain, b"x" * 128)) is not None
+    assert plain_key(build_entry(keyed, b"x" * 128)) is not None
     keyed.properties.add(key="trace-id", value="0af7651916cd43dd")
     keyed.properties.add(key="", value="")
-    assert plain_metadata(build_entry(keyed, b"x" * 128))
+    assert plain_key(build_entry(keyed, b"x" * 128)) is not None
     keyed.event_time = 5  # any other field: protobuf decides
-    assert not plain_metadata(build_entry(keyed, b"x"))
+    assert plain_key(build_entry(keyed, b"x")) is None
     # Nor is a delayed message plain: an entry marked plain on SEND has no delivery time.
     delayed = pb.MessageMetadata()
     delayed.CopyFrom(plain)

@@ -52,7 +52,6 @@ from brokerlet.transport.protocol._payload import (
     metadata_problem,
     parse_metadata,
     plain_key,
-    plain_metadata,
     split_batch,
 )
 from brokerlet.transport.protocol._replies import (
@@ -107,7 +106,6 @@ __all__ = [
     "parse_metadata",
     "pb",
     "plain_key",
-    "plain_metadata",
     "publish_time",
     "repack_entry",
     "split_batch",

@@ -35,7 +35,6 @@ __all__ = [
     "metadata_problem",
     "parse_metadata",
     "plain_key",
-    "plain_metadata",
     "split_batch",
     "split_checksummed",
 ]
@@ -246,16 +245,11 @@ def plain_key(entry: bytes) -> bytes | None:
     return None
 
 
-def plain_metadata(entry: bytes) -> bool:
-    """Whether the entry's metadata is in the plain layout :func:`plain_key` reads."""
-    return plain_key(entry) is not None
-
-
 def metadata_problem(entry: bytes) -> str | None:
     """Why an entry's MessageMetadata cannot be decoded, or None if it can.
 
     The check :func:`parse_metadata` makes, without raising, for the SEND path where every
-    message is checked before it is stored (after :func:`plain_metadata`, which settles
+    message is checked before it is stored (after :func:`plain_key`, which settles
     most of them without a parse).
     """
     try:
