@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -63,6 +64,13 @@ def run(prog: str, path: str, measure: Measure, setup: str) -> None:
         help="count the broker's instructions per message under valgrind instead",
     )
     parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="PATH",
+        help="with --callgrind: copy the measured window's dump here (one file per storage, "
+        "named after PATH), for callgrind_annotate",
+    )
+    parser.add_argument(
         "--lines",
         action="store_true",
         help="count the lines of Python the broker runs per message, per function, instead",
@@ -76,7 +84,10 @@ def run(prog: str, path: str, measure: Measure, setup: str) -> None:
         return
     if args.callgrind:
         for storage in args.storage or ["memory", "disk"]:
-            count = instructions_per_message(["--storage", storage], args.source, measure)
+            keep = None
+            if args.keep is not None:
+                keep = args.keep.with_name(f"{args.keep.stem}-{storage}{args.keep.suffix}")
+            count = instructions_per_message(["--storage", storage], args.source, measure, keep)
             print(
                 f"{path}, {storage:6}: {count:,.0f} instructions per message (callgrind; "
                 f"{_CALLGRIND_MESSAGES} {setup}; {time.strftime('%H:%M:%S')})"
@@ -127,8 +138,11 @@ class _CountedBroker(BrokerletProcess):
         return 0.0
 
 
-def instructions_per_message(flags: list[str], source: Path | None, measure: Measure) -> float:
-    """Instructions per message of ``measure``'s window, on a broker under callgrind."""
+def instructions_per_message(
+    flags: list[str], source: Path | None, measure: Measure, keep: Path | None = None
+) -> float:
+    """Instructions per message of ``measure``'s window, on a broker under callgrind (its
+    dump copied to ``keep`` if given)."""
     with tempfile.TemporaryDirectory() as directory:
         out = Path(directory) / "callgrind.out"
         broker = _CountedBroker(flags, source=source)
@@ -141,4 +155,6 @@ def instructions_per_message(flags: list[str], source: Path | None, measure: Mea
         dumps = sorted(out.parent.glob(f"{out.name}.*"), key=lambda dump: int(dump.suffix[1:]))
         if not dumps:
             raise RuntimeError(f"callgrind wrote no dump in {directory}")
+        if keep is not None:
+            shutil.copyfile(dumps[-1], keep)
         return total_instructions(dumps[-1]) / _CALLGRIND_MESSAGES
