@@ -106,21 +106,6 @@ class Frame:
             highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
             self.send = SendFields(send.producer_id, send.sequence_id, send.num_messages, highest)
 
-    @classmethod
-    def _of_send(
-        cls, raw: bytes, send: SendFields, section: Payload | None, payload: bytes | None
-    ) -> Frame:
-        """A SEND decoded by `decode_send`; its protobuf object is built only if asked for."""
-        frame = cls.__new__(cls)
-        frame._command = None
-        frame._raw = raw
-        frame.type = _SEND
-        frame._payload = payload
-        frame.section = section
-        frame.send = send
-        frame.invalid_text = None  # SEND's strings are never read (see _text.SKIPPED_TYPES)
-        return frame
-
     @property
     def payload(self) -> bytes | None:
         payload = self._payload
@@ -155,6 +140,23 @@ class Frame:
             f"Frame(command={self.command!r}, payload={self.payload!r}, "
             f"invalid_text={self.invalid_text!r})"
         )
+
+
+class _SendFrame(Frame):
+    """A SEND that `decode_send` took: its protobuf object is built only if asked for."""
+
+    __slots__ = ()
+
+    def __init__(
+        self, raw: bytes, send: SendFields, section: Payload | None, payload: bytes | None
+    ) -> None:
+        self._command = None
+        self._raw = raw
+        self.type = _SEND
+        self._payload = payload
+        self.section = section
+        self.send = send
+        self.invalid_text = None  # SEND's strings are never read (see _text.SKIPPED_TYPES)
 
 
 class FrameDecoder:
@@ -264,7 +266,7 @@ class FrameDecoder:
                         # The entry is copied out of the buffer once, not via the section.
                         section = split_checksummed(view, command_end, frame_end)
                         payload = None if section else bytes(view[command_end:frame_end])
-                        frames.append(Frame._of_send(raw, send, section, payload))
+                        frames.append(_SendFrame(raw, send, section, payload))
                         offset = frame_end
                         continue
                 serialized = view[offset + 8 : command_end]
