@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: venv run test lint bench fuzz proto loadtest loadtest-compare clean
+.PHONY: venv compiled run test lint bench fuzz proto loadtest loadtest-compare clean
 
 venv: $(STAMP)
 
@@ -18,17 +18,26 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m compileall -q brokerlet >/dev/null
 	touch $(STAMP)
 
-run: venv
+# The hot modules compiled with mypyc into .compiled/ (brokerlet/_compiled.py), rebuilt when
+# their sources change; without a C compiler brokerlet runs them from source.
+compiled: venv
+	$(PY) -m brokerlet._compile --or-source
+
+run: compiled
 	$(PY) -m brokerlet serve $(ARGS)
 
-test: venv
+# The suite twice: with the compiled modules (what make run serves), then all from source
+# (what an installed package runs).
+test: compiled
+	$(PY) -m brokerlet._compile --check
 	$(PY) -m pytest $(ARGS)
+	BROKERLET_PURE_PYTHON=1 $(PY) -m pytest $(ARGS)
 
 lint: venv
 	$(PY) -m ruff check brokerlet tests bench loadtests
 	$(PY) -m mypy
 
-bench: venv
+bench: compiled
 	$(PY) -m bench $(ARGS)
 
 # Seeded bad input against a running broker (tests/fuzz.py): prints inputs tried, actor
@@ -36,18 +45,18 @@ bench: venv
 FUZZ_SECONDS ?= 60
 SEED ?= 1
 STORAGE ?= memory
-fuzz: venv
+fuzz: compiled
 	$(PY) tests/fuzz.py --duration $(FUZZ_SECONDS) --seed $(SEED) --storage $(STORAGE) $(ARGS)
 
 # Locust load tests (loadtests/README.md). Without SCENARIO: every scenario briefly
 # (15 s of publishing each); with SCENARIO: that one at its full length, or for DURATION s.
 SCENARIO ?=
 DURATION ?=
-loadtest: venv
+loadtest: compiled
 	$(PY) -m loadtests $(if $(SCENARIO),run $(SCENARIO),all) $(if $(DURATION),--duration $(DURATION)) $(ARGS)
 
 # The same scenarios against brokerlet and pulsar-lite, interleaved, below and at saturation.
-loadtest-compare: venv
+loadtest-compare: compiled
 	$(PY) -m loadtests compare $(if $(SCENARIO),--scenario $(SCENARIO)) $(if $(DURATION),--duration $(DURATION)) $(ARGS)
 
 # Regenerate the protobuf module from our own schema.
@@ -59,4 +68,4 @@ proto: venv
 		brokerlet/transport/protocol/pulsar.proto
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .compiled .pytest_cache .mypy_cache .ruff_cache

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
 
+from brokerlet._compiled import PURE_PYTHON_VARIABLE
 from brokerlet.testing.process import BrokerletProcess
 
 __all__ = ["LineCounts", "TracedBroker", "main"]
@@ -83,8 +84,10 @@ class TracedBroker(BrokerletProcess):
         super().__init__(flags, source=source)
         self.out = out
         self._windows = 0
-        # Appended, so a --source tree's brokerlet still comes first on the path.
+        # Appended, so a --source tree's brokerlet still comes first on the path. Compiled
+        # modules run no lines to count: every module runs from source here.
         bootstrap = (
+            f"import os; os.environ[{PURE_PYTHON_VARIABLE!r}] = '1'; "
             f"import sys; sys.path.append({str(_ROOT)!r}); from bench.linetrace import main; main()"
         )
         python, _m, _brokerlet, *rest = self.command

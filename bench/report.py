@@ -17,6 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from brokerlet import _compiled
+
 __all__ = [
     "Row",
     "StealMeter",
@@ -136,6 +138,7 @@ def system_info(
         "cpus_usable": len(os.sched_getaffinity(0)),
         "load_average": [round(load, 2) for load in os.getloadavg()],
         "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "hot_modules": _compiled.STATUS,
         "versions": {name: _version(name) for name in _PACKAGES},
         "git": _git_revision(),
         "broker_command": shlex.join(broker_command),
@@ -191,6 +194,7 @@ def print_header(info: dict[str, Any]) -> None:
             f"load average {load}",
         ),
         ("python", info["python"]),
+        ("hot modules", info.get("hot_modules")),
         ("versions", versions),
         ("git", info["git"]),
         ("broker", info["broker_command"]),

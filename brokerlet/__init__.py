@@ -8,6 +8,8 @@ C++-based client would block the hub. Its other names (producers, consumers, err
 
 __version__ = "0.1.0"
 
+# First: the compiled hot modules, when built and current, replace their source (see there).
+from brokerlet import _compiled as _compiled
 from brokerlet.broker import Broker
 from brokerlet.client import Client, ConsumerType, InitialPosition, MessageId
 from brokerlet.config import Settings, SettingsError, load_settings

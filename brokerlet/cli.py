@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import gevent
 
+from brokerlet import _compiled
 from brokerlet.broker import Broker
 from brokerlet.config import SettingsError, add_arguments, describe_settings, settings_from_args
 from brokerlet.metadata import MetadataError
@@ -94,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if url is not None:
                 print(f"brokerlet {label} on {url}", flush=True)
 
+    logging.getLogger("brokerlet").info("hot modules: %s", _compiled.STATUS)
     try:
         broker.serve_forever(on_ready=ready)
     except MetadataError as error:

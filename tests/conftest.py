@@ -15,7 +15,7 @@ import pulsar
 import pykka
 import pytest
 
-from brokerlet import Broker
+from brokerlet import Broker, _compiled
 from brokerlet.actors._runtime import GeventActor, GeventFuture
 from tests.tlscerts import Pki, make_pki
 
@@ -56,6 +56,10 @@ class Runtime:
     sleep: Callable[[float], None]
     event_class: Callable[[], EventLike]
     spawn: Callable[..., TaskLike]
+
+
+def pytest_report_header() -> str:
+    return f"brokerlet hot modules: {_compiled.STATUS}"
 
 
 def _spawn_thread(func: Callable[..., object], *args: object) -> threading.Thread:

@@ -9,6 +9,7 @@ import tomllib
 from collections.abc import Mapping
 from typing import Any, Final
 
+from brokerlet._compiled import PURE_PYTHON_VARIABLE
 from brokerlet.config._fields import FieldSpec, SettingsError
 from brokerlet.config._pulsar import read_pulsar_config
 from brokerlet.config._settings import SPECS, Entry, Settings, collect, entries_from_mapping
@@ -27,6 +28,8 @@ log = logging.getLogger("brokerlet.config")
 ENV_PREFIX: Final = "BROKERLET_"
 # Names the TOML file when no path is passed in; it is not a setting itself.
 CONFIG_ENV: Final = "BROKERLET_CONFIG"
+# Variables of the prefix that are not settings: the file, and running from source.
+_NOT_SETTINGS: Final = frozenset((CONFIG_ENV, PURE_PYTHON_VARIABLE))
 
 
 def load_settings(
@@ -188,7 +191,7 @@ def _env_entries(env: Mapping[str, str]) -> list[Entry]:
     return [
         Entry(name.removeprefix(ENV_PREFIX).lower(), value, f"from {name}")
         for name, value in sorted(env.items())
-        if name.startswith(ENV_PREFIX) and name != CONFIG_ENV
+        if name.startswith(ENV_PREFIX) and name not in _NOT_SETTINGS
     ]
 
 
