@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 import crc32c as _crc32c_lib
 
@@ -35,25 +35,25 @@ __all__ = [
     "encode_send_receipts",
 ]
 
-_FRAME_HEADER = struct.Struct(">II")
-_CHECKSUM_HEADER = struct.Struct(">HI")
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_ONE_BYTE_VARINTS = [bytes((value,)) for value in range(0x80)]
+_FRAME_HEADER: Final = struct.Struct(">II")
+_CHECKSUM_HEADER: Final = struct.Struct(">HI")
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+_ONE_BYTE_VARINTS: Final = [bytes((value,)) for value in range(0x80)]
 _K = TypeVar("_K")
 _V = TypeVar("_V")
-_UINT32_LIMIT = 1 << 32
-_UINT64_LIMIT = 1 << 64
-_UINT64_MASK = _UINT64_LIMIT - 1
+_UINT32_LIMIT: Final = 1 << 32
+_UINT64_LIMIT: Final = 1 << 64
+_UINT64_MASK: Final = _UINT64_LIMIT - 1
 
 # BaseCommand prefixes: field 1 (type) as a varint, then the body's length-delimited tag,
 # whose field number equals the type value.
-_SEND_PREFIX = b"\x08\x06\x32"  # type SEND (6), field 6
-_RECEIPT_PREFIX = b"\x08\x07\x3a"  # type SEND_RECEIPT (7), field 7
-_MESSAGE_PREFIX = b"\x08\x09\x4a"  # type MESSAGE (9), field 9
-_ACK_PREFIX = b"\x08\x0a\x52"  # type ACK (10), field 10
-_FLOW_PREFIX = b"\x08\x0b\x5a"  # type FLOW (11), field 11
-_REDELIVERY_ZERO = b"\x18\x00"  # redelivery_count = 0, written explicitly
+_SEND_PREFIX: Final = b"\x08\x06\x32"  # type SEND (6), field 6
+_RECEIPT_PREFIX: Final = b"\x08\x07\x3a"  # type SEND_RECEIPT (7), field 7
+_MESSAGE_PREFIX: Final = b"\x08\x09\x4a"  # type MESSAGE (9), field 9
+_ACK_PREFIX: Final = b"\x08\x0a\x52"  # type ACK (10), field 10
+_FLOW_PREFIX: Final = b"\x08\x0b\x5a"  # type FLOW (11), field 11
+_REDELIVERY_ZERO: Final = b"\x18\x00"  # redelivery_count = 0, written explicitly
 
 
 def _varint_tables() -> tuple[list[bytes], list[bytes]]:
@@ -70,7 +70,9 @@ def _varint_tables() -> tuple[list[bytes], list[bytes]]:
 
 # Entry and sequence ids are mostly two or three bytes long; a table lookup is several
 # times faster than building the bytes (a receipt and a delivery encode two or three).
-_VARINTS_14_BITS, _CONTINUED_14_BITS = _varint_tables()
+_VARINT_TABLES = _varint_tables()
+_VARINTS_14_BITS: Final = _VARINT_TABLES[0]
+_CONTINUED_14_BITS: Final = _VARINT_TABLES[1]
 
 
 def _uint(value: int, limit: int = _UINT64_LIMIT) -> bytes:
@@ -412,7 +414,7 @@ def encode_send_receipts(
 
 
 # Everything of a SEND_RECEIPT before its body, by the body's size (at most 57 bytes).
-_RECEIPT_HEADS = [
+_RECEIPT_HEADS: Final = [
     _FRAME_HEADER.pack(size + 8, size + 4) + _RECEIPT_PREFIX + _ONE_BYTE_VARINTS[size]
     for size in range(0x80)
 ]
@@ -519,14 +521,14 @@ class SendFields(NamedTuple):
     highest_sequence_id: int | None
 
 
-_INT32_LIMIT = 1 << 31
+_INT32_LIMIT: Final = 1 << 31
 # A NamedTuple from a tuple of its fields, without its Python-level constructor (a frame
 # per call, twice the cost of the tuple): for the few built once per message.
-_as_named = tuple.__new__
+_as_named: Final = tuple.__new__
 _VARINT = rb"([\x80-\xff]{0,8}[\x00-\x7f])"  # at most nine bytes: no 64-bit overflow rules
 # type = SEND, then the send body (length below 128) with fields 1, 2, [3], [6] in number
 # order, as protobuf serialisers write them.
-_PLAIN_SEND = re.compile(
+_PLAIN_SEND: Final = re.compile(
     rb"\x08\x06\x32([\x00-\x7f])\x08"
     + _VARINT
     + rb"\x10"

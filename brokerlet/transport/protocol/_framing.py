@@ -12,6 +12,7 @@ bytes arrived and gets back complete frames.
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from google.protobuf.message import DecodeError, Message
 
@@ -35,14 +36,14 @@ __all__ = [
 PROTOCOL_VERSION = 20
 """The Pulsar protocol version brokerlet speaks (adds TOPIC_MIGRATED; we never send it)."""
 
-_U32 = struct.Struct(">I")
-_FRAME_HEADER = struct.Struct(">II")
-_CHECKSUM_HEADER = struct.Struct(">HI")
+_U32: Final = struct.Struct(">I")
+_FRAME_HEADER: Final = struct.Struct(">II")
+_CHECKSUM_HEADER: Final = struct.Struct(">HI")
 
-_SEND = pb.BaseCommand.SEND
-_MESSAGE = pb.BaseCommand.MESSAGE
-_PAYLOAD_TYPES = frozenset((_SEND, _MESSAGE))
-_KNOWN_TYPES = frozenset(pb.BaseCommand.Type.values())
+_SEND: Final = pb.BaseCommand.SEND
+_MESSAGE: Final = pb.BaseCommand.MESSAGE
+_PAYLOAD_TYPES: Final = frozenset((_SEND, _MESSAGE))
+_KNOWN_TYPES: Final = frozenset(pb.BaseCommand.Type.values())
 
 # Type value -> name of its body field, for the types our schema declares a body for.
 # The schema keeps body field numbers equal to type values, so the descriptor is the table.

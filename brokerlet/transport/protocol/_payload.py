@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 import crc32c as _crc32c_lib
 from google.protobuf.message import DecodeError
@@ -39,16 +39,17 @@ __all__ = [
     "split_checksummed",
 ]
 
-MAGIC_CRC32C = 0x0E01
-MAGIC_BROKER_ENTRY_METADATA = 0x0E02
+MAGIC_CRC32C: Final = 0x0E01
+MAGIC_BROKER_ENTRY_METADATA: Final = 0x0E02
 
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_metadata_from = pb.MessageMetadata.FromString
-_MAGIC_AND_U32 = struct.Struct(">HI")
-_U32_PAIR = struct.Struct(">II")
-_CRC32C_FIRST, _CRC32C_SECOND = MAGIC_CRC32C.to_bytes(2, "big")
-_as_named = tuple.__new__  # a Payload per SEND without its Python-level constructor
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+_metadata_from: Final = pb.MessageMetadata.FromString
+_MAGIC_AND_U32: Final = struct.Struct(">HI")
+_U32_PAIR: Final = struct.Struct(">II")
+_CRC32C_FIRST: Final = MAGIC_CRC32C >> 8
+_CRC32C_SECOND: Final = MAGIC_CRC32C & 0xFF
+_as_named: Final = tuple.__new__  # a Payload per SEND without its Python-level constructor
 
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
@@ -184,10 +185,10 @@ def parse_metadata(entry: bytes) -> pb.MessageMetadata:
 # The metadata of a plain message as the official client writes it, after producer_name:
 # sequence_id and publish_time as varints of at most nine bytes, a partition key's tag next
 # if it has one.
-PLAIN_METADATA_FIELDS = rb"\x10[\x80-\xff]{0,8}[\x00-\x7f]\x18[\x80-\xff]{0,8}[\x00-\x7f]"
-_PLAIN_METADATA_TAIL = re.compile(PLAIN_METADATA_FIELDS).match
+PLAIN_METADATA_FIELDS: Final = rb"\x10[\x80-\xff]{0,8}[\x00-\x7f]\x18[\x80-\xff]{0,8}[\x00-\x7f]"
+_PLAIN_METADATA_TAIL: Final = re.compile(PLAIN_METADATA_FIELDS).match
 # The same with nothing after it but a partition key: its size byte, then the key.
-_PLAIN_NO_PROPERTIES = re.compile(
+_PLAIN_NO_PROPERTIES: Final = re.compile(
     PLAIN_METADATA_FIELDS + rb"(?:\x32([\x00-\x7f])(.*))?", re.S
 ).fullmatch
 
