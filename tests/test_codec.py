@@ -410,6 +410,37 @@ def test_buffered_counts_a_partial_frame_and_eof_rejects_it() -> None:
     assert decoder.buffered == 0
 
 
+@pytest.mark.parametrize("chunk", [1_000, 65_536, 70_000])
+def test_a_large_frame_cut_into_many_reads_is_collected_and_decoded_whole(chunk: int) -> None:
+    # Frames over 64 KiB are kept read by read and joined once whole (FrameDecoder.feed),
+    # rather than copied again at every read; what follows them is decoded as usual.
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1)
+    header, body = encode_send(1, 7, 1, build_entry(metadata, b"x" * 300_000))
+    stream = _stream() + header + body + _stream()
+    ends = list(itertools.accumulate(_frame_sizes(stream)))
+    decoder = FrameDecoder(LIMIT)
+    frames: list[Frame] = []
+    for start in range(0, len(stream), chunk):
+        frames += decoder.feed(stream[start : start + chunk])
+        fed = min(start + chunk, len(stream))
+        consumed = ends[len(frames) - 1] if frames else 0
+        assert decoder.buffered == fed - consumed
+        assert consumed <= fed < (ends[len(frames)] if len(frames) < len(ends) else fed + 1)
+    expected = [*_expected_frames(), *FrameDecoder(LIMIT).feed(header + body), *_expected_frames()]
+    assert frames == expected
+    decoder.eof()
+
+
+def _frame_sizes(stream: bytes) -> list[int]:
+    sizes = []
+    offset = 0
+    while offset < len(stream):
+        (total_size,) = struct.unpack_from(">I", stream, offset)
+        sizes.append(4 + total_size)
+        offset += 4 + total_size
+    return sizes
+
+
 def test_accepts_bytearray_and_memoryview_without_keeping_them() -> None:
     stream = bytearray(_stream())
     decoder = FrameDecoder(LIMIT)

@@ -40,6 +40,9 @@ _U32: Final = struct.Struct(">I")
 _FRAME_HEADER: Final = struct.Struct(">II")
 _CHECKSUM_HEADER: Final = struct.Struct(">HI")
 
+# An incomplete frame larger than this is collected read by read (FrameDecoder.feed).
+_COLLECT_FROM: Final = 64 * 1024
+
 _SEND: Final = pb.BaseCommand.SEND
 _MESSAGE: Final = pb.BaseCommand.MESSAGE
 _PAYLOAD_TYPES: Final = frozenset((_SEND, _MESSAGE))
@@ -178,13 +181,17 @@ class FrameDecoder:
         if max_frame_size < 4:
             raise ValueError(f"max_frame_size must be at least 4, got {max_frame_size}")
         self._max_frame_size = max_frame_size
-        self._buffer = bytearray()
+        self._rest = b""  # the start of an incomplete frame, for the next feed
+        # A large incomplete frame's reads, joined once it is whole (see feed).
+        self._chunks: list[bytes] = []
+        self._collected = 0
+        self._wanted = 0
         self._failure: ProtocolError | None = None
 
     @property
     def buffered(self) -> int:
         """Bytes held back because they do not yet form a complete frame."""
-        return len(self._buffer)
+        return len(self._rest) + self._collected
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         """Add received bytes and return every frame they complete.
@@ -200,26 +207,35 @@ class FrameDecoder:
         """
         if self._failure is not None:
             raise ProtocolError(f"decoder already failed: {self._failure.reason}")
-        buffer = self._buffer
-        source: bytes | bytearray | memoryview
-        if buffer:
-            buffer += data
-            source = buffer
+        # Decoded from bytes, indexed and sliced without views: a frame cut by the previous
+        # read costs a copy of its start and this read. A large one would cost that at every
+        # read it spans, so its reads are kept and joined once it is whole.
+        if type(data) is not bytes:
+            data = bytes(data)
+        if self._chunks:
+            self._chunks.append(data)
+            self._collected += len(data)
+            if self._collected < self._wanted:
+                return []
+            source = b"".join(self._chunks)
+            self._chunks = []
+            self._collected = 0
         else:
-            # The common case: decode straight from the caller's bytes, no copy.
-            source = data
+            source = self._rest + data if self._rest else data
         try:
             frames, consumed = self._decode_frames(source)
         except ProtocolError as exc:
             self._failure = exc
-            # Replace rather than clear: the traceback may still pin a view of the old one.
-            self._buffer = bytearray()
+            self._rest = b""
             raise
-        if source is buffer:
-            # Deleting a prefix of a bytearray only moves its start pointer.
-            del buffer[:consumed]
-        elif consumed < len(data):
-            buffer += memoryview(data)[consumed:]
+        rest = source[consumed:] if consumed < len(source) else b""
+        # _decode_frames stops at a frame it has the size of, and checked that size.
+        if len(rest) >= 4 and (wanted := 4 + _U32.unpack_from(rest)[0]) > _COLLECT_FROM:
+            self._chunks = [rest]
+            self._collected = len(rest)
+            self._wanted = wanted
+            rest = b""
+        self._rest = rest
         return frames
 
     def eof(self) -> None:
@@ -228,62 +244,58 @@ class FrameDecoder:
         Raises:
             ProtocolError: The stream ended inside a frame.
         """
-        if self._buffer:
+        if self.buffered:
             raise ProtocolError(
-                f"connection closed inside a frame ({len(self._buffer)} bytes buffered)"
+                f"connection closed inside a frame ({self.buffered} bytes buffered)"
             )
 
-    def _decode_frames(self, source: bytes | bytearray | memoryview) -> tuple[list[Frame], int]:
+    def _decode_frames(self, source: bytes) -> tuple[list[Frame], int]:
         """Decode all complete frames in ``source``; return them and the bytes used."""
         frames: list[Frame] = []
         end = len(source)
         offset = 0
         limit = self._max_frame_size
         unpack_u32 = _U32.unpack_from
-        with memoryview(source) as view:
-            while end - offset >= 4:
-                (total_size,) = unpack_u32(view, offset)
-                if total_size > limit:
-                    raise ProtocolError(f"frame of {total_size} bytes exceeds the limit of {limit}")
-                if total_size < 4:
-                    raise ProtocolError(
-                        f"frame size {total_size} is too small to hold a command size"
-                    )
-                frame_end = offset + 4 + total_size
-                if frame_end > end:
-                    break
-                (command_size,) = unpack_u32(view, offset + 4)
-                if command_size + 4 > total_size:
-                    raise ProtocolError(
-                        f"command of {command_size} bytes does not fit in a frame of "
-                        f"{total_size} bytes"
-                    )
-                command_end = offset + 8 + command_size
-                if command_size > 3 and view[offset + 9] == _SEND and view[offset + 8] == 8:
-                    # Most likely a SEND (type is field 1, a varint): try the fast decoder.
-                    raw = bytes(view[offset + 8 : command_end])
-                    send = decode_send(raw)
-                    if send is not None:
-                        # The entry is copied out of the buffer once, not via the section.
-                        section = split_checksummed(view, command_end, frame_end)
-                        payload = None if section else bytes(view[command_end:frame_end])
-                        frames.append(_SendFrame(raw, send, section, payload))
-                        offset = frame_end
-                        continue
-                serialized = view[offset + 8 : command_end]
-                command, type_value = _decode_command(serialized)
-                if type_value in _PAYLOAD_TYPES:
-                    payload = bytes(view[command_end:frame_end])
-                elif command_end != frame_end:
-                    raise ProtocolError(
-                        f"{frame_end - command_end} unexpected bytes after a "
-                        f"{command_name(type_value)} command"
-                    )
-                else:
-                    payload = None
-                invalid_text = invalid_text_field(command, type_value, serialized)
-                frames.append(Frame(command, payload, invalid_text, type_value))
-                offset = frame_end
+        while end - offset >= 4:
+            (total_size,) = unpack_u32(source, offset)
+            if total_size > limit:
+                raise ProtocolError(f"frame of {total_size} bytes exceeds the limit of {limit}")
+            if total_size < 4:
+                raise ProtocolError(f"frame size {total_size} is too small to hold a command size")
+            frame_end = offset + 4 + total_size
+            if frame_end > end:
+                break
+            (command_size,) = unpack_u32(source, offset + 4)
+            if command_size + 4 > total_size:
+                raise ProtocolError(
+                    f"command of {command_size} bytes does not fit in a frame of {total_size} bytes"
+                )
+            command_end = offset + 8 + command_size
+            if command_size > 3 and source[offset + 9] == _SEND and source[offset + 8] == 8:
+                # Most likely a SEND (type is field 1, a varint): try the fast decoder.
+                raw = source[offset + 8 : command_end]
+                send = decode_send(raw)
+                if send is not None:
+                    # The entry is copied out of the buffer once, not via the section.
+                    section = split_checksummed(source, command_end, frame_end)
+                    payload = None if section else source[command_end:frame_end]
+                    frames.append(_SendFrame(raw, send, section, payload))
+                    offset = frame_end
+                    continue
+            serialized = memoryview(source)[offset + 8 : command_end]
+            command, type_value = _decode_command(serialized)
+            if type_value in _PAYLOAD_TYPES:
+                payload = source[command_end:frame_end]
+            elif command_end != frame_end:
+                raise ProtocolError(
+                    f"{frame_end - command_end} unexpected bytes after a "
+                    f"{command_name(type_value)} command"
+                )
+            else:
+                payload = None
+            invalid_text = invalid_text_field(command, type_value, serialized)
+            frames.append(Frame(command, payload, invalid_text, type_value))
+            offset = frame_end
         return frames, offset
 
 
