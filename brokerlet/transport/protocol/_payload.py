@@ -131,7 +131,7 @@ def decode_payload(data: bytes) -> Payload:
     return Payload(entry=bytes(entry), checksum=checksum, checksum_ok=True)
 
 
-def split_checksummed(data: bytes | memoryview, start: int, end: int) -> Payload | None:
+def split_checksummed(data: bytes, start: int, end: int) -> Payload | None:
     """`decode_payload` of ``data[start:end]`` when it is what every producer sends: a
     checksum, then an entry whose metadata size fits. None for any other layout.
 
@@ -140,7 +140,7 @@ def split_checksummed(data: bytes | memoryview, start: int, end: int) -> Payload
     if end - start >= 10 and data[start] == _CRC32C_FIRST and data[start + 1] == _CRC32C_SECOND:
         sent, metadata_size = _U32_PAIR.unpack_from(data, start + 2)
         if metadata_size <= end - start - 10:
-            entry = bytes(data[start + 6 : end])
+            entry = data[start + 6 : end]
             return _as_named(Payload, (entry, sent, _crc32c_lib.crc32c(entry) == sent))
     return None
 
