@@ -24,6 +24,7 @@ from brokerlet.transport.protocol import (
     encode_send,
     pb,
 )
+from brokerlet.transport.protocol._fast import decode_send_by_regex, decode_send_by_walk
 
 T = pb.BaseCommand
 U64_MAX = (1 << 64) - 1
@@ -92,6 +93,7 @@ def test_plain_sends_take_the_fast_path_with_protobufs_values(
         send.highest_sequence_id = highest
     raw = T(type=T.SEND, send=send).SerializeToString()
     decoded = decode_send(raw)
+    assert decode_send_by_walk(raw) == decode_send_by_regex(raw) == decoded
     assert _via_protobuf(raw) is not None
     if decoded is None:
         # Declined only for what needs ten-byte varints or a negative num_messages.
@@ -127,8 +129,18 @@ _SEND_HEAD = b"\x08\x06\x32"
 def test_arbitrary_send_bodies_match_protobuf_or_are_declined(tail: bytes) -> None:
     raw = _SEND_HEAD + tail
     decoded = decode_send(raw)
+    assert decode_send_by_walk(raw) == decode_send_by_regex(raw) == decoded
     if decoded is not None:
         assert decoded == _via_protobuf(raw)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.binary(max_size=48))
+@example(b"\x08\x06\x32\x04\x08\x01\x10\x02")  # the shortest plain SEND
+@example(b"\x08\x06\x32\x84\x08\x01\x10\x02")  # a body length with its high bit
+def test_the_walk_and_the_regex_give_the_same_answer_for_any_bytes(raw: bytes) -> None:
+    # decode_send is the walk when compiled and the regex from source (_fast._COMPILED).
+    assert decode_send_by_walk(raw) == decode_send_by_regex(raw)
 
 
 def _frame_of(command_bytes: bytes) -> bytes:

@@ -26,6 +26,8 @@ from brokerlet.transport.protocol._payload import MAGIC_CRC32C
 __all__ = [
     "SendFields",
     "decode_send",
+    "decode_send_by_regex",
+    "decode_send_by_walk",
     "encode_ack",
     "encode_flow",
     "encode_message",
@@ -560,7 +562,7 @@ def _varint(group: bytes) -> int:
     return value
 
 
-def decode_send(command: bytes) -> SendFields | None:
+def decode_send_by_regex(command: bytes) -> SendFields | None:
     """Decode a serialised BaseCommand that is a plain SEND, or decline it.
 
     Accepted: ``type`` = SEND, then the ``send`` body as the last field; in the body
@@ -593,3 +595,61 @@ def decode_send(command: bytes) -> SendFields | None:
         None if highest is None else _varint(highest),
     )
     return _as_named(SendFields, fields)
+
+
+def _walk_varint(data: bytes, at: int, end: int) -> tuple[int, int]:
+    """The value of the varint of at most nine bytes at ``at`` and the offset after it, or
+    (-1, 0) if the bytes before ``end`` hold none."""
+    value = 0
+    shift = 0
+    while at < end and shift < 63:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+    return -1, 0
+
+
+def decode_send_by_walk(command: bytes) -> SendFields | None:
+    """`decode_send_by_regex`'s answer for every input, by a walk over the bytes: compiled,
+    the walk takes a tenth of the regex's instructions; from source, the regex is faster."""
+    end = len(command)
+    if (
+        end < 8
+        or command[0] != 0x08
+        or command[1] != 0x06
+        or command[2] != 0x32
+        or command[3] >= 0x80
+        or command[3] + 4 != end
+        or command[4] != 0x08
+    ):
+        return None
+    producer_id, at = _walk_varint(command, 5, end)
+    if producer_id < 0 or at >= end or command[at] != 0x10:
+        return None
+    sequence_id, at = _walk_varint(command, at + 1, end)
+    if sequence_id < 0:
+        return None
+    count = 1
+    if at < end and command[at] == 0x18:
+        count, at = _walk_varint(command, at + 1, end)
+        if count < 0:
+            return None
+    highest: int | None = None
+    if at < end and command[at] == 0x30:
+        value, at = _walk_varint(command, at + 1, end)
+        if value < 0:
+            return None
+        highest = value
+    if at != end or count >= _INT32_LIMIT:
+        return None
+    return _as_named(SendFields, (producer_id, sequence_id, count, highest))
+
+
+# Compiled by mypyc, functions are built-in functions rather than Python ones.
+_COMPILED: Final = type(_walk_varint).__name__ != "function"
+decode_send: Final = decode_send_by_walk if _COMPILED else decode_send_by_regex
+"""Decode a serialised BaseCommand that is a plain SEND, or decline it (None): the walk when
+this module is compiled, the regex from source, which give the same answer for any bytes."""
