@@ -41,7 +41,7 @@ from brokerlet.transport.protocol import (
     split_batch,
 )
 from brokerlet.transport.protocol._fast import COPY_LIMIT
-from brokerlet.transport.protocol._payload import plain_key
+from brokerlet.transport.protocol._payload import plain_key, plain_key_by_regex, plain_key_by_walk
 
 LIMIT = 5 * 1024 * 1024 + 10 * 1024
 T = pb.BaseCommand
@@ -1062,3 +1062,50 @@ def test_corrupted_frames_decode_or_raise_protocol_error(
     assert result == _decode_in_chunks(bytes(data), [])
     if not flips:
         assert result == [Frame(SAMPLES[i], _payload_of(SAMPLES[i])) for i in picks]
+
+
+# plain_key is the walk when compiled and the regexes from source (_payload.COMPILED).
+_uint64s = st.integers(0, (1 << 64) - 1)
+_short_text = st.text(max_size=12)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.text(max_size=20),
+    _uint64s,
+    _uint64s,
+    st.dictionaries(_short_text, _short_text, max_size=3),
+    st.none() | st.text(max_size=20),
+    st.none() | _uint64s,
+)
+def test_plain_key_by_walk_and_by_regex_agree_on_metadata_protobuf_wrote(
+    name: str,
+    sequence_id: int,
+    publish_time: int,
+    properties: dict[str, str],
+    key: str | None,
+    event_time: int | None,
+) -> None:
+    metadata = pb.MessageMetadata(
+        producer_name=name, sequence_id=sequence_id, publish_time=publish_time
+    )
+    for property_key, value in properties.items():
+        metadata.properties.add(key=property_key, value=value)
+    if key is not None:
+        metadata.partition_key = key
+    if event_time is not None:
+        metadata.event_time = event_time
+    entry = build_entry(metadata, b"x")
+    found = plain_key_by_walk(entry)
+    assert found == plain_key_by_regex(entry)
+    if found:
+        assert found == metadata.partition_key.encode()
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.binary(max_size=60), st.binary(max_size=4))
+def test_plain_key_by_walk_and_by_regex_agree_on_any_bytes(tail: bytes, payload: bytes) -> None:
+    metadata = b"\x0a\x01p" + tail
+    entry = struct.pack(">I", len(metadata)) + metadata + payload
+    assert plain_key_by_walk(entry) == plain_key_by_regex(entry)
+    assert plain_key_by_walk(entry[:5]) == plain_key_by_regex(entry[:5])

@@ -139,7 +139,7 @@ def test_arbitrary_send_bodies_match_protobuf_or_are_declined(tail: bytes) -> No
 @example(b"\x08\x06\x32\x04\x08\x01\x10\x02")  # the shortest plain SEND
 @example(b"\x08\x06\x32\x84\x08\x01\x10\x02")  # a body length with its high bit
 def test_the_walk_and_the_regex_give_the_same_answer_for_any_bytes(raw: bytes) -> None:
-    # decode_send is the walk when compiled and the regex from source (_fast._COMPILED).
+    # decode_send is the walk when compiled and the regex from source (_payload.COMPILED).
     assert decode_send_by_walk(raw) == decode_send_by_regex(raw)
 
 

@@ -25,6 +25,7 @@ from brokerlet.transport.protocol._errors import ProtocolError
 from brokerlet.transport.protocol._proto import merge_from, missing_fields
 
 __all__ = [
+    "COMPILED",
     "MAGIC_BROKER_ENTRY_METADATA",
     "MAGIC_CRC32C",
     "Payload",
@@ -35,8 +36,11 @@ __all__ = [
     "metadata_problem",
     "parse_metadata",
     "plain_key",
+    "plain_key_by_regex",
+    "plain_key_by_walk",
     "split_batch",
     "split_checksummed",
+    "walk_varint",
 ]
 
 MAGIC_CRC32C: Final = 0x0E01
@@ -193,17 +197,19 @@ _PLAIN_NO_PROPERTIES: Final = re.compile(
 ).fullmatch
 
 
-def plain_key(entry: bytes) -> bytes | None:
-    """The partition key of an entry whose metadata is in the official client's plain layout:
-    producer_name (under 128 bytes), sequence_id, publish_time, any properties (each a key
-    and a value, in that order, under 128 bytes together) and optionally partition_key
-    (under 128 bytes), in that order; ``b""`` for such an entry without a partition key.
+def _plain_metadata_end(entry: bytes) -> int:
+    """Where the metadata of an entry ends if it starts as the plain layout does (a
+    producer_name under 128 bytes), or -1."""
+    size = len(entry)
+    if size < 6 or entry[4] != 0x0A or entry[5] >= 0x80:
+        return -1
+    end = 4 + _U32.unpack_from(entry, 0)[0]
+    return end if end <= size else -1
 
-    Protobuf accepts every such metadata (proto2 does not check strings are UTF-8): most
-    SENDs are checked without a parse, and a keyed one's key comes with the check. ``b""``
-    stands for an empty key too, which Key_Shared routes unlike no key: read it as "no key
-    read", never as "no key". None says nothing either way.
-    """
+
+def plain_key_by_regex(entry: bytes) -> bytes | None:
+    """`plain_key` with regexes: faster than `plain_key_by_walk` from source."""
+    # _plain_metadata_end inlined: from source, the call was 1% of the produce path.
     size = len(entry)
     if size < 6 or entry[4] != 0x0A or entry[5] >= 0x80:
         return None
@@ -219,7 +225,28 @@ def plain_key(entry: bytes) -> bytes | None:
     match = _PLAIN_METADATA_TAIL(entry, 6 + entry[5], end)
     if match is None:
         return None
-    at = match.end()
+    return _properties_and_key(entry, match.end(), end)
+
+
+def plain_key_by_walk(entry: bytes) -> bytes | None:
+    """`plain_key` by a walk over the bytes: faster than `plain_key_by_regex` compiled."""
+    end = _plain_metadata_end(entry)
+    if end < 0:
+        return None
+    at = 6 + entry[5]
+    if at >= end or entry[at] != 0x10:
+        return None
+    sequence_id, at = walk_varint(entry, at + 1, end)
+    if sequence_id < 0 or at >= end or entry[at] != 0x18:
+        return None
+    publish_time, at = walk_varint(entry, at + 1, end)
+    if publish_time < 0:
+        return None
+    return _properties_and_key(entry, at, end)
+
+
+def _properties_and_key(entry: bytes, at: int, end: int) -> bytes | None:
+    """The plain layout's tail from ``at``: properties, then an optional partition key."""
     while at < end and entry[at] == 0x22:  # a property: 0x22 size 0x0A key-size key 0x12 ...
         if at + 6 > end:
             return None
@@ -244,6 +271,37 @@ def plain_key(entry: bytes) -> bytes | None:
     if entry[at] == 0x32 and size_at < end and entry[size_at] < 0x80:
         return entry[size_at + 1 : end] if size_at + 1 + entry[size_at] == end else None
     return None
+
+
+def walk_varint(data: bytes, at: int, end: int) -> tuple[int, int]:
+    """The value of the varint of at most nine bytes at ``at`` and the offset after it, or
+    (-1, 0) if the bytes before ``end`` hold none."""
+    value = 0
+    shift = 0
+    while at < end and shift < 63:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+    return -1, 0
+
+
+# Compiled by mypyc, functions are built-in functions rather than Python ones.
+COMPILED: Final = type(walk_varint).__name__ != "function"
+plain_key: Final = plain_key_by_walk if COMPILED else plain_key_by_regex
+"""The partition key of an entry whose metadata is in the official client's plain layout:
+producer_name (under 128 bytes), sequence_id, publish_time, any properties (each a key
+and a value, in that order, under 128 bytes together) and optionally partition_key
+(under 128 bytes), in that order; ``b""`` for such an entry without a partition key.
+
+Protobuf accepts every such metadata (proto2 does not check strings are UTF-8): most
+SENDs are checked without a parse, and a keyed one's key comes with the check. ``b""``
+stands for an empty key too, which Key_Shared routes unlike no key: read it as "no key
+read", never as "no key". None says nothing either way. The walk when compiled, the regexes
+from source: the same answer for any bytes.
+"""
 
 
 def metadata_problem(entry: bytes) -> str | None:
