@@ -79,9 +79,9 @@ def build(directory: Path = BUILD_DIRECTORY) -> None:
             for module in MODULES
         }
         support = {f"{GROUP}__mypyc": f"{GROUP}__mypyc{suffix}"}
-        for entry in [*modules.values(), *({"file": file} for file in support.values())]:
-            if not (output / entry["file"]).is_file():
-                raise SystemExit(f"mypyc's build has no {entry['file']}")
+        for file in [*(entry["file"] for entry in modules.values()), *support.values()]:
+            if not (output / file).is_file():
+                raise SystemExit(f"mypyc's build has no {file}")
         manifest = {
             "extension_suffix": suffix,
             "mypy": mypy.version.__version__,

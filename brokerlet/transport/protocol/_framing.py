@@ -182,10 +182,10 @@ class FrameDecoder:
             raise ValueError(f"max_frame_size must be at least 4, got {max_frame_size}")
         self._max_frame_size = max_frame_size
         self._rest = b""  # the start of an incomplete frame, for the next feed
-        # A large incomplete frame's reads, joined once it is whole (see feed).
+        # A large incomplete frame's reads (the first starts with its size), joined once it
+        # is whole (see feed).
         self._chunks: list[bytes] = []
         self._collected = 0
-        self._wanted = 0
         self._failure: ProtocolError | None = None
 
     @property
@@ -215,7 +215,7 @@ class FrameDecoder:
         if self._chunks:
             self._chunks.append(data)
             self._collected += len(data)
-            if self._collected < self._wanted:
+            if self._collected < 4 + _U32.unpack_from(self._chunks[0])[0]:
                 return []
             source = b"".join(self._chunks)
             self._chunks = []
@@ -230,10 +230,9 @@ class FrameDecoder:
             raise
         rest = source[consumed:] if consumed < len(source) else b""
         # _decode_frames stops at a frame it has the size of, and checked that size.
-        if len(rest) >= 4 and (wanted := 4 + _U32.unpack_from(rest)[0]) > _COLLECT_FROM:
+        if len(rest) >= 4 and 4 + _U32.unpack_from(rest)[0] > _COLLECT_FROM:
             self._chunks = [rest]
             self._collected = len(rest)
-            self._wanted = wanted
             rest = b""
         self._rest = rest
         return frames
@@ -282,7 +281,7 @@ class FrameDecoder:
                     frames.append(_SendFrame(raw, send, section, payload))
                     offset = frame_end
                     continue
-            serialized = memoryview(source)[offset + 8 : command_end]
+            serialized = source[offset + 8 : command_end]
             command, type_value = _decode_command(serialized)
             if type_value in _PAYLOAD_TYPES:
                 payload = source[command_end:frame_end]
@@ -299,7 +298,7 @@ class FrameDecoder:
         return frames, offset
 
 
-def _decode_command(data: memoryview) -> tuple[pb.BaseCommand, int]:
+def _decode_command(data: bytes | memoryview) -> tuple[pb.BaseCommand, int]:
     """Parse and validate one BaseCommand; return it and its type.
 
     Every protobuf attribute read costs as much as a few lines of Python here, so each is
@@ -336,7 +335,7 @@ def _decode_command(data: memoryview) -> tuple[pb.BaseCommand, int]:
     return command, type_value
 
 
-def _peek_type(data: memoryview) -> int | None:
+def _peek_type(data: bytes | memoryview) -> int | None:
     """Find the raw value of field 1 (``type``) in a serialised BaseCommand."""
     return varint_field(data, 1)
 

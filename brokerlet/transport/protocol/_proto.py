@@ -7,11 +7,11 @@ from google.protobuf.message import Message
 __all__ = ["merge_from", "missing_fields"]
 
 
-def merge_from(message: Message, data: memoryview) -> None:
+def merge_from(message: Message, data: bytes | memoryview) -> None:
     """Parse ``data`` into ``message`` without checking required fields.
 
-    The runtime accepts any buffer; the stubs say bytes. Parsing a memoryview slice
-    saves copying the command out of the receive buffer.
+    The runtime accepts any buffer; the stubs say bytes. A memoryview slice saves copying
+    the bytes out of a larger buffer (an entry's metadata).
 
     Raises:
         google.protobuf.message.DecodeError: The bytes are not valid protobuf.
