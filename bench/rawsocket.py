@@ -21,6 +21,7 @@ from brokerlet.transport.protocol import (
 __all__ = ["RawConnection", "consume"]
 
 T = pb.BaseCommand
+_PONG = encode_command(T(type=T.PONG, pong=pb.CommandPong()))
 
 
 class RawConnection:
@@ -70,11 +71,16 @@ class RawConnection:
         return commands
 
     def read_frames(self) -> list[Frame]:
-        """The frames one receive completes (possibly none)."""
+        """The frames one receive completes (possibly none); a keep-alive PING is answered
+        and left out (a slow broker, under valgrind, sends them mid-measurement)."""
         data = self.sock.recv(1 << 16)
         if not data:
             raise RuntimeError("broker closed the connection")
-        return self.decoder.feed(data)
+        frames = self.decoder.feed(data)
+        if any(frame.type == T.PING for frame in frames):
+            self.sock.sendall(_PONG)
+            frames = [frame for frame in frames if frame.type != T.PING]
+        return frames
 
     def close(self) -> None:
         self.sock.close()
@@ -87,10 +93,12 @@ def consume(
     *,
     queue: int,
     ack_group: int,
+    batch: int = 1,
 ) -> None:
-    """Receive ``messages`` MESSAGEs on ``connection``'s consumers, answering as the official
-    client does (see `_Replies`): the consume side of the micro-benchmarks."""
-    replies = _Replies(consumer_ids, queue, ack_group)
+    """Receive ``messages`` messages on ``connection``'s consumers, ``batch`` to a MESSAGE,
+    answering as the official client does (see `_Replies`): the consume side of the
+    micro-benchmarks."""
+    replies = _Replies(consumer_ids, queue, ack_group, batch)
     connection.sock.sendall(replies.first_flows())
     received = 0
     while received < messages:
@@ -98,7 +106,7 @@ def consume(
             if frame.type != T.MESSAGE:
                 raise RuntimeError(f"unexpected frame: {frame.command}")
             replies.received(frame.command.message)
-            received += 1
+            received += batch
         out = replies.due(last=received == messages)
         if out:
             connection.sock.sendall(out)
@@ -106,17 +114,22 @@ def consume(
 
 class _Replies:
     """What raw-socket consumers send back as MESSAGEs arrive, as the official client does:
-    a FLOW refilling half of each one's receiver queue, and its individual acks in groups.
+    a FLOW refilling half of each one's receiver queue, and its individual acks in groups (a
+    batch's messages acked together as its entry, as without batch-index acks).
 
     Args:
         consumer_ids: the consumers on the connection.
         queue: each one's receiver queue (the permits of its first FLOW).
-        ack_group: acks per ACK frame.
+        ack_group: messages acked per ACK frame.
+        batch: messages per MESSAGE frame (permits per entry).
     """
 
-    def __init__(self, consumer_ids: Iterable[int], queue: int, ack_group: int) -> None:
+    def __init__(
+        self, consumer_ids: Iterable[int], queue: int, ack_group: int, batch: int = 1
+    ) -> None:
         self.queue = queue
         self.ack_group = ack_group
+        self.batch = batch
         self._since_flow = dict.fromkeys(consumer_ids, 0)
         self._acks: dict[int, list[tuple[int, int]]] = {c: [] for c in self._since_flow}
 
@@ -127,7 +140,7 @@ class _Replies:
     def received(self, message: pb.CommandMessage) -> None:
         consumer_id = message.consumer_id
         self._acks[consumer_id].append((message.message_id.ledger_id, message.message_id.entry_id))
-        self._since_flow[consumer_id] += 1
+        self._since_flow[consumer_id] += self.batch
 
     def due(self, last: bool) -> bytes:
         """The FLOW and ACK frames due now (``last``: every ack still held, too)."""
@@ -137,7 +150,9 @@ class _Replies:
                 out.append(encode_flow(consumer_id, since_flow))
                 self._since_flow[consumer_id] = 0
             pending = self._acks[consumer_id]
-            if len(pending) >= self.ack_group or (pending and last):
+            # Counted in messages: held back by entries, a batch's acks would pass the
+            # broker's unacked-message limit (50,000 per consumer) and stall it.
+            if len(pending) * self.batch >= self.ack_group or (pending and last):
                 out.append(encode_ack(consumer_id, pending))
                 self._acks[consumer_id] = []
         return b"".join(out)

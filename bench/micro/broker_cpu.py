@@ -31,6 +31,8 @@ __all__ = ["instructions_per_message", "run"]
 Measure = Callable[[ChildBroker, int], float]
 """Runs ``messages`` through a broker; returns the broker's CPU µs per message."""
 
+_CALLGRIND_MESSAGES = 10_000
+
 
 def run(prog: str, path: str, measure: Measure, setup: str) -> None:
     """Parse the command line, measure each storage back-end and print one line each.
@@ -42,7 +44,11 @@ def run(prog: str, path: str, measure: Measure, setup: str) -> None:
         setup: how each round runs, printed after the figures.
     """
     parser = argparse.ArgumentParser(prog=prog)
-    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument(
+        "--messages",
+        type=int,
+        help=f"per round (default 50,000; under --callgrind {_CALLGRIND_MESSAGES:,}, one round)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--storage", choices=("memory", "disk"), action="append")
     parser.add_argument(
@@ -76,22 +82,26 @@ def run(prog: str, path: str, measure: Measure, setup: str) -> None:
         help="count the lines of Python the broker runs per message, per function, instead",
     )
     args = parser.parse_args()
+    if args.callgrind:
+        messages = args.messages or _CALLGRIND_MESSAGES
+        for storage in args.storage or ["memory", "disk"]:
+            keep = None
+            if args.keep is not None:
+                keep = args.keep.with_name(f"{args.keep.stem}-{storage}{args.keep.suffix}")
+            count = instructions_per_message(
+                ["--storage", storage], args.source, measure, messages, keep
+            )
+            print(
+                f"{path}, {storage:6}: {count:,.0f} instructions per message (callgrind; "
+                f"{messages} {setup}; {time.strftime('%H:%M:%S')})"
+            )
+        return
+    args.messages = args.messages or 50_000
     if args.lines:
         for storage in args.storage or ["memory", "disk"]:
             counts = lines_of(["--storage", storage], args.source, measure, args.messages)
             print(f"{path}, {storage}, per message ({args.messages} {setup}):")
             print(counts.report(args.messages))
-        return
-    if args.callgrind:
-        for storage in args.storage or ["memory", "disk"]:
-            keep = None
-            if args.keep is not None:
-                keep = args.keep.with_name(f"{args.keep.stem}-{storage}{args.keep.suffix}")
-            count = instructions_per_message(["--storage", storage], args.source, measure, keep)
-            print(
-                f"{path}, {storage:6}: {count:,.0f} instructions per message (callgrind; "
-                f"{_CALLGRIND_MESSAGES} {setup}; {time.strftime('%H:%M:%S')})"
-            )
         return
     for storage in args.storage or ["memory", "disk"]:
         profile = None
@@ -112,9 +122,6 @@ def run(prog: str, path: str, measure: Measure, setup: str) -> None:
         )
         if profile is not None:
             print_top(top_entries(profile, "tottime"), f"broker own time, {storage} ({profile})")
-
-
-_CALLGRIND_MESSAGES = 10_000
 
 
 def lines_of(flags: list[str], source: Path | None, measure: Measure, messages: int) -> LineCounts:
@@ -139,10 +146,14 @@ class _CountedBroker(BrokerletProcess):
 
 
 def instructions_per_message(
-    flags: list[str], source: Path | None, measure: Measure, keep: Path | None = None
+    flags: list[str],
+    source: Path | None,
+    measure: Measure,
+    messages: int = _CALLGRIND_MESSAGES,
+    keep: Path | None = None,
 ) -> float:
-    """Instructions per message of ``measure``'s window, on a broker under callgrind (its
-    dump copied to ``keep`` if given)."""
+    """Instructions per message of ``measure``'s window of ``messages``, on a broker under
+    callgrind (its dump copied to ``keep`` if given)."""
     with tempfile.TemporaryDirectory() as directory:
         out = Path(directory) / "callgrind.out"
         broker = _CountedBroker(flags, source=source)
@@ -150,11 +161,11 @@ def instructions_per_message(
         with broker:
             broker.start(timeout=300)
             measure(broker, 2000)  # warm-up: imports, first topic
-            measure(broker, _CALLGRIND_MESSAGES)
+            measure(broker, messages)
             broker.stop(timeout=300)
         dumps = sorted(out.parent.glob(f"{out.name}.*"), key=lambda dump: int(dump.suffix[1:]))
         if not dumps:
             raise RuntimeError(f"callgrind wrote no dump in {directory}")
         if keep is not None:
             shutil.copyfile(dumps[-1], keep)
-        return total_instructions(dumps[-1]) / _CALLGRIND_MESSAGES
+        return total_instructions(dumps[-1]) / messages
