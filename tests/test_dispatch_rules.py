@@ -188,6 +188,22 @@ def test_exclusive_refuses_a_second_consumer() -> None:
         strategy.add(Consumer(9, "second", "t", "s", EXCLUSIVE, 0, first.connection))
 
 
+def test_average_messages_per_entry_moves_as_pulsars_consumer_does() -> None:
+    # Pulsar's Consumer.sendMessages: the first delivery sets the average, each later one
+    # weighs a tenth; getAvgMessagesPerEntry (the stats' avgMessagesPerEntry) rounds it.
+    book = make_book()
+    consumer = join(book, "c", SHARED, permits=10_000)
+    assert consumer.messages_per_entry == 0
+    book.record(consumer, [Entry(1, i, b"x", 0, 100) for i in range(2)], 200)
+    assert consumer.messages_per_entry == 100
+    book.record(consumer, [Entry(1, 2, b"x", 0, 1)], 1)
+    assert consumer.avg_messages_per_entry == pytest.approx(90.1)
+    assert consumer.messages_per_entry == 90
+    for entry_id in range(3, 43):
+        book.record(consumer, [Entry(1, entry_id, b"x", 0, 1)], 1)
+    assert consumer.messages_per_entry == 2  # 1 + 89.1 * 0.9**40 = 2.32
+
+
 def test_the_unacked_limit_blocks_a_consumer_until_acks_bring_it_to_half() -> None:
     settings = load_settings(env={}, overrides={"max_unacked_messages_per_consumer": 4})
     book = DeliveryBook(settings, Cursor(-1), durable=True, writability_gating=True)

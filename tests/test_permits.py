@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from brokerlet.actors._runtime import GeventActor
-from brokerlet.actors.messages import Ack, RemoveConsumer
+from brokerlet.actors.messages import Ack, ReadIds, RemoveConsumer
 from brokerlet.config import load_settings
 from brokerlet.storage.ledger import Entry
 from brokerlet.transport.protocol import build_entry, pb
@@ -195,6 +195,40 @@ def test_subscription_unacked_limit_blocks_normal_reads() -> None:
         h.dispatcher.tell(Ack(a, [(LEDGER, i) for i in range(3)], cumulative=False))
         h.settle()
         assert len(h.sent_to(a)) == 9
+    finally:
+        h.stop()
+
+
+def _read_sizes(h: Harness) -> list[int]:
+    """Entries each read asked for, in order (a replay read: its ids)."""
+    return [
+        len(read.entry_ids) if isinstance(read, ReadIds) else read.max_entries
+        for read in h.topic.proxy().reads.get()
+    ]
+
+
+@pytest.mark.parametrize("precise", [True, False])
+def test_batch_entries_read_as_many_as_the_permits_cover(precise: bool) -> None:
+    # Pulsar's calculateToRead (PersistentDispatcherMultipleConsumers): with
+    # preciseDispatcherFlowControl a read asks for ceil(permits / the consumer's average
+    # messages per entry) entries; without it one entry per permit, and what the permits do
+    # not cover goes to the replay set to be read again.
+    settings = load_settings(env={}, overrides={"precise_dispatcher_flow_control": precise})
+    h = Harness(GeventActor, settings=settings)
+    try:
+        consumer = h.consumer("c", 1000)
+        h.append(300, num_messages=100)
+        h.settle()
+        assert h.sent_to(consumer) == list(range(10))  # the first read knew no average
+        assert consumer.messages_per_entry == 100
+        for _ in range(4):
+            consumer.flow(500)
+            h.settle()
+        assert h.sent_to(consumer) == list(range(30)), "the same entries, in order"
+        if precise:
+            assert _read_sizes(h) == [100, 5, 5, 5, 5]
+        else:
+            assert _read_sizes(h) == [100, 90, 85, 80, 75]  # the held entries, again and again
     finally:
         h.stop()
 

@@ -110,6 +110,7 @@ def test_a_standing_read_never_delivers_past_the_permits(broker: Broker) -> None
         sub = subscription_stats(broker, topic)
         assert sub["msgOutCounter"] == 5
         assert sub["consumers"][0]["availablePermits"] == 0
+        assert sub["consumers"][0]["avgMessagesPerEntry"] == 1
         consumer.flow(1, 15)
         rest = consumer.receive(1, 4 + 15)
         assert [m.entry_id for m in rest] == list(range(1, 20))

@@ -373,7 +373,12 @@ class Dispatcher:
         permits = max(self.total_permits.value, first.permits)
         if permits <= 0:
             return
-        batch = min(permits, self.backoff.read_batch_size)
+        batch = permits
+        if self.settings.precise_dispatcher_flow_control:
+            per_entry = first.messages_per_entry
+            if per_entry > 1:  # batches: the permits cover fewer entries
+                batch = -(-permits // per_entry)
+        batch = min(batch, self.backoff.read_batch_size)
         max_bytes = self.settings.dispatcher_max_read_size_bytes
         if self.rate_limiters:
             wait = limiters_wait(self.rate_limiters)

@@ -97,6 +97,12 @@ class Settings:
         5 * _MIB, "Most bytes a dispatcher reads at once.",
         alias="dispatcherMaxReadSizeBytes", minimum=1,
     )
+    precise_dispatcher_flow_control: bool = setting(
+        True, "A read asks for the entries its permits cover at the consumer's average "
+        "messages per entry, not one entry per permit (Pulsar's default: false; see "
+        "docs/performance.md).",
+        alias="preciseDispatcherFlowControl",
+    )
     dispatcher_max_round_robin_batch_size: int = setting(
         20, "Most entries one Shared consumer gets per round-robin turn.",
         alias="dispatcherMaxRoundRobinBatchSize", minimum=1,

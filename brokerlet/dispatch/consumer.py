@@ -89,6 +89,9 @@ class Consumer:
     unacked: int = 0
     msg_out: int = 0
     bytes_out: int = 0
+    # Moving average of messages per entry over its deliveries (Pulsar's avgMessagesPerEntry;
+    # 0 before the first): sizes reads under precise_dispatcher_flow_control.
+    avg_messages_per_entry: float = 0.0
     rate_out: Rate = field(default_factory=Rate)
     throughput_out: Rate = field(default_factory=Rate)
 
@@ -102,6 +105,11 @@ class Consumer:
     @property
     def permits(self) -> int:
         return self._permits
+
+    @property
+    def messages_per_entry(self) -> int:
+        """The average rounded half up, as Pulsar reports it (0 before any delivery)."""
+        return int(self.avg_messages_per_entry + 0.5)
 
     @property
     def accounted(self) -> bool:

@@ -129,6 +129,12 @@ class DeliveryBook:
         consumer.unacked += messages
         consumer.msg_out += messages
         consumer.bytes_out += size
+        per_entry = messages / len(batch)
+        average = consumer.avg_messages_per_entry
+        # As Pulsar's Consumer: the first delivery sets it, later ones weigh a tenth.
+        consumer.avg_messages_per_entry = (
+            per_entry if average < 1 else average * 0.9 + per_entry * 0.1
+        )
         consumer.debit(messages)
         if self._consumer_limit and consumer.unacked >= self._consumer_limit:
             consumer.block()

@@ -88,6 +88,7 @@ class SubscriptionStats:
                     "parkedPermits": c.parked_permits,
                     "msgOutCounter": c.msg_out,
                     "bytesOutCounter": c.bytes_out,
+                    "avgMessagesPerEntry": c.messages_per_entry,
                     "msgRateOut": c.rate_out.sample(c.msg_out),
                     "msgThroughputOut": c.throughput_out.sample(c.bytes_out),
                     "isActive": strategy.is_active(c),
