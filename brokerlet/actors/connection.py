@@ -336,6 +336,9 @@ class ConnectionActor(GeventActor):
                 if not self._send_slices(sends):
                     return
                 sends = []
+            if frame.ack is not None:  # the fast decoder's fields: no protobuf object
+                self._acked(*frame.ack)
+                continue
             handler = self._handlers.get(kind)
             if handler is None:
                 self._unsupported(frame.command)
@@ -960,18 +963,6 @@ class ConnectionActor(GeventActor):
 
     def _ack(self, command: pb.BaseCommand) -> None:
         ack = command.ack
-        consumer = self._consumer(ack.consumer_id, "ACK")
-        if consumer is None:
-            if ack.HasField("request_id"):  # an ack receipt: the error, not a disconnect
-                self.channel.write(
-                    encode_ack_response(
-                        ack.consumer_id,
-                        ack.request_id,
-                        pb.ConsumerNotFound,
-                        f"Consumer {ack.consumer_id} not found",
-                    )
-                )
-            return
         # An id with an ack_set acknowledges only part of a batch (dispatch/batch_acks.py);
         # without batch-index acks enabled the entry just stays unacked.
         positions: list[tuple[int, int]] = []
@@ -982,17 +973,45 @@ class ConnectionActor(GeventActor):
                 positions.append((m.ledger_id, m.entry_id))
             elif self.settings.acknowledgment_at_batch_index_level_enabled:
                 ack_sets[m.ledger_id, m.entry_id] = tuple(words)
+        self._acked(
+            ack.consumer_id,
+            ack.ack_type == pb.CommandAck.Cumulative,
+            positions,
+            ack.request_id if ack.HasField("request_id") else None,
+            ack_sets,
+        )
+
+    def _acked(
+        self,
+        consumer_id: int,
+        cumulative: bool,
+        positions: list[tuple[int, int]],
+        request_id: int | None,
+        ack_sets: dict[tuple[int, int], tuple[int, ...]] | None = None,
+    ) -> None:
+        """An ACK's whole entries (``positions``) and parts of batches (``ack_sets``)."""
+        consumer = self._consumer(consumer_id, "ACK")
+        if consumer is None:
+            if request_id is not None:  # an ack receipt: the error, not a disconnect
+                self.channel.write(
+                    encode_ack_response(
+                        consumer_id,
+                        request_id,
+                        pb.ConsumerNotFound,
+                        f"Consumer {consumer_id} not found",
+                    )
+                )
+            return
         if positions or ack_sets:
-            cumulative = ack.ack_type == pb.CommandAck.Cumulative
             tell_quietly(
                 self._dispatcher_of(consumer),
                 Ack(consumer, positions, cumulative, ack_sets or None),
             )
-        if ack.HasField("request_id"):
+        if request_id is not None:
             # The ack is queued to the dispatcher ahead of anything the client sends after
             # this receipt. An id acked before is acked again harmlessly and answered OK, as
             # Pulsar's cursor does.
-            self.channel.write(encode_ack_response(ack.consumer_id, ack.request_id))
+            self.channel.write(encode_ack_response(consumer_id, request_id))
 
     def _consumer_stats(self, command: pb.BaseCommand) -> None:
         request = consumer_stats_request(command)
