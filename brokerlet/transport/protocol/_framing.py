@@ -283,16 +283,22 @@ class FrameDecoder:
         offset = 0
         limit = self._max_frame_size
         unpack_u32 = _U32.unpack_from
+        unpack_sizes = _FRAME_HEADER.unpack_from
+        command_size = 0
         while end - offset >= 4:
-            (total_size,) = unpack_u32(source, offset)
+            # Both sizes in one call once the header is in. Typed: compiled, C arithmetic.
+            if end - offset >= 8:
+                sizes: tuple[int, int] = unpack_sizes(source, offset)
+                total_size, command_size = sizes
+            else:
+                total_size = unpack_u32(source, offset)[0]
             if total_size > limit:
                 raise ProtocolError(f"frame of {total_size} bytes exceeds the limit of {limit}")
             if total_size < 4:
                 raise ProtocolError(f"frame size {total_size} is too small to hold a command size")
             frame_end = offset + 4 + total_size
             if frame_end > end:
-                break
-            (command_size,) = unpack_u32(source, offset + 4)
+                break  # else the frame is whole, so its header was, and command_size is read
             if command_size + 4 > total_size:
                 raise ProtocolError(
                     f"command of {command_size} bytes does not fit in a frame of {total_size} bytes"

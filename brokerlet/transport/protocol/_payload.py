@@ -51,6 +51,7 @@ _U32: Final = struct.Struct(">I")
 _metadata_from: Final = pb.MessageMetadata.FromString
 _MAGIC_AND_U32: Final = struct.Struct(">HI")
 _U32_PAIR: Final = struct.Struct(">II")
+_crc32c: Final = _crc32c_lib.crc32c  # bound once: compiled, a C static, not a lookup
 _CRC32C_FIRST: Final = MAGIC_CRC32C >> 8
 _CRC32C_SECOND: Final = MAGIC_CRC32C & 0xFF
 _as_named: Final = tuple.__new__  # a Payload per SEND without its Python-level constructor
@@ -65,7 +66,7 @@ def crc32c(data: bytes | bytearray | memoryview) -> int:
     Returns:
         The checksum as an unsigned 32-bit integer (0xE3069283 for b"123456789").
     """
-    result: int = _crc32c_lib.crc32c(data)
+    result: int = _crc32c(data)
     return result
 
 
@@ -142,10 +143,11 @@ def split_checksummed(data: bytes, start: int, end: int) -> Payload | None:
     Takes the frame's buffer and the section's bounds, so the entry is copied out once.
     """
     if end - start >= 10 and data[start] == _CRC32C_FIRST and data[start + 1] == _CRC32C_SECOND:
-        sent, metadata_size = _U32_PAIR.unpack_from(data, start + 2)
+        pair: tuple[int, int] = _U32_PAIR.unpack_from(data, start + 2)
+        sent, metadata_size = pair
         if metadata_size <= end - start - 10:
             entry = data[start + 6 : end]
-            return _as_named(Payload, (entry, sent, _crc32c_lib.crc32c(entry) == sent))
+            return _as_named(Payload, (entry, sent, _crc32c(entry) == sent))
     return None
 
 
