@@ -68,7 +68,7 @@ def _decode_with_protobuf(data: bytes) -> list[Frame] | str:
             total_size, command_size = struct.unpack_from(">II", data, offset)
             command_end = offset + 8 + command_size
             frame_end = offset + 4 + total_size
-            serialized = memoryview(data)[offset + 8 : command_end]
+            serialized = data[offset + 8 : command_end]
             command, type_value = _framing._decode_command(serialized)
             if type_value not in (T.SEND, T.MESSAGE):  # a later type field won
                 name = _framing.command_name(type_value)

@@ -20,10 +20,12 @@ from brokerlet.transport.protocol import pulsar_pb2 as pb
 from brokerlet.transport.protocol._errors import ProtocolError
 from brokerlet.transport.protocol._fast import AckFields, SendFields, decode_ack, decode_send
 from brokerlet.transport.protocol._payload import (
+    ANY_VARINT,
     COMPILED,
     MAGIC_CRC32C,
     Payload,
     split_checksummed,
+    walk_varint,
 )
 from brokerlet.transport.protocol._proto import merge_from, missing_fields
 from brokerlet.transport.protocol._text import invalid_text_field
@@ -343,7 +345,7 @@ class FrameDecoder:
         return frames, offset
 
 
-def _decode_command(data: bytes | memoryview) -> tuple[pb.BaseCommand, int]:
+def _decode_command(data: bytes) -> tuple[pb.BaseCommand, int]:
     """Parse and validate one BaseCommand; return it and its type.
 
     Every protobuf attribute read costs as much as a few lines of Python here, so each is
@@ -380,12 +382,12 @@ def _decode_command(data: bytes | memoryview) -> tuple[pb.BaseCommand, int]:
     return command, type_value
 
 
-def _peek_type(data: bytes | memoryview) -> int | None:
+def _peek_type(data: bytes) -> int | None:
     """Find the raw value of field 1 (``type``) in a serialised BaseCommand."""
     return varint_field(data, 1)
 
 
-def varint_field(data: memoryview | bytes, number: int) -> int | None:
+def varint_field(data: bytes, number: int) -> int | None:
     """The raw value of varint field ``number`` in a serialised message.
 
     Walks the top-level fields without interpreting them; returns the last value seen
@@ -396,12 +398,12 @@ def varint_field(data: memoryview | bytes, number: int) -> int | None:
     offset = 0
     end = len(data)
     while offset < end:
-        tag, offset = _read_varint(data, offset)
+        tag, offset = walk_varint(data, offset, end, ANY_VARINT)
         if tag < 0:
             return found
         field_number, wire_type = tag >> 3, tag & 7
         if wire_type == 0:
-            value, offset = _read_varint(data, offset)
+            value, offset = walk_varint(data, offset, end, ANY_VARINT)
             if value < 0:
                 return found
             if field_number == number:
@@ -409,7 +411,7 @@ def varint_field(data: memoryview | bytes, number: int) -> int | None:
         elif wire_type == 1:
             offset += 8
         elif wire_type == 2:
-            length, offset = _read_varint(data, offset)
+            length, offset = walk_varint(data, offset, end, ANY_VARINT)
             if length < 0:
                 return found
             offset += length
@@ -418,21 +420,6 @@ def varint_field(data: memoryview | bytes, number: int) -> int | None:
         else:
             return found
     return found
-
-
-def _read_varint(data: memoryview | bytes, offset: int) -> tuple[int, int]:
-    """Read a varint at ``offset``; return (value, next offset), value -1 if malformed."""
-    value = 0
-    shift = 0
-    end = len(data)
-    while offset < end and shift < 70:
-        byte = data[offset]
-        offset += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, offset
-        shift += 7
-    return -1, offset
 
 
 def encode_command(command: pb.BaseCommand) -> bytes:

@@ -25,6 +25,7 @@ from brokerlet.transport.protocol._errors import ProtocolError
 from brokerlet.transport.protocol._proto import merge_from, missing_fields
 
 __all__ = [
+    "ANY_VARINT",
     "COMPILED",
     "MAGIC_BROKER_ENTRY_METADATA",
     "MAGIC_CRC32C",
@@ -275,12 +276,17 @@ def _properties_and_key(entry: bytes, at: int, end: int) -> bytes | None:
     return None
 
 
-def walk_varint(data: bytes, at: int, end: int) -> tuple[int, int]:
-    """The value of the varint of at most nine bytes at ``at`` and the offset after it, or
-    (-1, 0) if the bytes before ``end`` hold none."""
+ANY_VARINT: Final = 70
+"""`walk_varint`'s ``shift_limit`` for any varint protobuf writes (ten bytes)."""
+
+
+def walk_varint(data: bytes, at: int, end: int, shift_limit: int = 63) -> tuple[int, int]:
+    """The value of the varint at ``at`` and the offset after it, or (-1, 0) if the bytes
+    before ``end`` hold none. At most nine bytes by default (no 64-bit overflow rules on the
+    hot path); ``shift_limit`` `ANY_VARINT` takes protobuf's longest."""
     value = 0
     shift = 0
-    while at < end and shift < 63:
+    while at < end and shift < shift_limit:
         byte = data[at]
         at += 1
         value |= (byte & 0x7F) << shift

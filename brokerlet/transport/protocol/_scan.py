@@ -12,7 +12,11 @@ import re
 import struct
 from collections.abc import Iterable
 
-from brokerlet.transport.protocol._payload import PLAIN_METADATA_FIELDS
+from brokerlet.transport.protocol._payload import (
+    ANY_VARINT,
+    PLAIN_METADATA_FIELDS,
+    walk_varint,
+)
 
 __all__ = ["deliver_at_time", "may_deliver_later", "publish_time", "sticky_key"]
 
@@ -20,21 +24,6 @@ _U32 = struct.Struct(">I")
 _DELIVER_AT_TAG = b"\x98\x01"  # field 19, varint
 _PUBLISH_TIME = 3
 _DELIVER_AT = 19
-
-
-def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while pos < end:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            break
-    raise ValueError("truncated or overlong varint")
 
 
 def _field(entry: bytes, number: int) -> int | None:
@@ -46,25 +35,28 @@ def _field(entry: bytes, number: int) -> int | None:
     if end > len(entry):
         return None
     pos = 4
-    try:
-        while pos < end:
-            tag, pos = _varint(entry, pos, end)
-            field, wire = tag >> 3, tag & 7
-            if wire == 0:
-                value, pos = _varint(entry, pos, end)
-                if field == number:
-                    return value
-            elif wire == 2:
-                size, pos = _varint(entry, pos, end)
-                pos += size
-            elif wire == 1:
-                pos += 8
-            elif wire == 5:
-                pos += 4
-            else:
+    while pos < end:
+        tag, pos = walk_varint(entry, pos, end, ANY_VARINT)
+        if tag < 0:
+            return None
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, pos = walk_varint(entry, pos, end, ANY_VARINT)
+            if value < 0:
                 return None
-    except ValueError:
-        return None
+            if field == number:
+                return value
+        elif wire == 2:
+            size, pos = walk_varint(entry, pos, end, ANY_VARINT)
+            if size < 0:
+                return None
+            pos += size
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            return None
     return None
 
 
