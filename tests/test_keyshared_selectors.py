@@ -752,6 +752,40 @@ def test_snapshots_are_immutable_and_validated() -> None:
         AutoSplitSelector(range_size=100)
 
 
+@pytest.mark.parametrize("kind", ["auto-split", "consistent", "sticky"])
+@pytest.mark.parametrize("members", [3, 300])
+def test_select_batch_agrees_with_select_for_any_table_and_sequence(
+    kind: str, members: int
+) -> None:
+    # select_batch takes a typed path for a bytes table and a list of hashes (compiled: no
+    # boxing) and the generic one for an array('H') table (over 255 owners) or a tuple.
+    selector: Selector[Any]
+    if kind == "auto-split":
+        selector = AutoSplitSelector()
+    elif kind == "consistent":
+        selector = ConsistentHashingSelector(replica_points=20)
+    else:
+        selector = StickySelector()
+    width = RANGE_SIZE // members
+    for i in range(members):
+        ranges = [HashRange(i * width, (i + 1) * width - 1)] if kind == "sticky" else None
+        selector.add(FakeConsumer(f"c{i}"), ranges)
+    assert isinstance(selector.snapshot.slot_index, bytes) == (members < 255)
+    rng = random.Random(members)
+    hashes = [
+        0,
+        1,
+        RANGE_SIZE - 1,
+        RANGE_SIZE,
+        2**31 - 1,
+        *(rng.getrandbits(31) for _ in range(500)),
+    ]
+    expected = owner_ids([selector.select(h) for h in hashes])
+    assert owner_ids(selector.select_batch(hashes)) == expected
+    assert owner_ids(selector.select_batch(tuple(hashes))) == expected
+    assert len(set(expected)) > min(members, 100) // 2  # spread over many owners
+
+
 @pytest.mark.parametrize("owners", [3, 300])
 def test_slot_table_agrees_with_the_binary_search_on_every_slot(owners: int) -> None:
     # More than 255 distinct owners switch the table from bytes to array('H').

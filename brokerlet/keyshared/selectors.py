@@ -143,7 +143,27 @@ class _ModuloSlots(_SnapshotPublisher[C]):
         owners = snapshot.slot_owners
         index = snapshot.slot_index
         size = self.range_size
+        if isinstance(index, bytes) and isinstance(key_hashes, list):
+            return _byte_table_owners_nonzero(owners, index, key_hashes, size)
         return [owners[index[key_hash % size or 1]] for key_hash in key_hashes]
+
+
+# Typed apart from the selectors' generic paths: compiled, a list of ints and a bytes table
+# are read without boxing (the table is bytes up to 255 owners, an array beyond).
+
+
+def _byte_table_owners(
+    owners: tuple[C | None, ...], index: bytes, key_hashes: list[int], modulus: int
+) -> list[C | None]:
+    """The owner of each hash's slot ``h % modulus`` (consistent hashing's table)."""
+    return [owners[index[h % modulus]] for h in key_hashes]
+
+
+def _byte_table_owners_nonzero(
+    owners: tuple[C | None, ...], index: bytes, key_hashes: list[int], modulus: int
+) -> list[C | None]:
+    """The owner of each hash's slot ``h % modulus or 1`` (the modulo selectors' table)."""
+    return [owners[index[h % modulus or 1]] for h in key_hashes]
 
 
 def _check_range_size(range_size: int) -> None:
@@ -333,6 +353,8 @@ class ConsistentHashingSelector(_SnapshotPublisher[C]):
         owners = snapshot.slot_owners
         index = snapshot.slot_index
         modulus = self._modulus
+        if isinstance(index, bytes) and isinstance(key_hashes, list):
+            return _byte_table_owners(owners, index, key_hashes, modulus)
         return [owners[index[key_hash % modulus]] for key_hash in key_hashes]
 
     def point_slots(self, consumer: C, name_index: int) -> list[int]:
