@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from itertools import pairwise
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from brokerlet.storage.cursor import Cursor
+from brokerlet.storage.cursor import Cursor, _bisect_right
 
 IDS = st.integers(0, 120)
 
@@ -115,3 +116,13 @@ def test_saving_behind_one_unacked_entry_costs_the_gaps_not_the_acks() -> None:
     assert cursor.ack(0)
     assert cursor.mark_delete == 1_000_000
     assert cursor.acked_ranges() == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.integers(-(2**62), 2**62), max_size=40), x=st.integers(-(2**63), 2**63))
+def test_the_typed_search_agrees_with_bisect(values: list[int], x: int) -> None:
+    # Compiled, the cursor searches its runs with its own typed search (bisect's compares
+    # objects); beyond 63 bits a compiled int is boxed, which it must still handle.
+    values.sort()
+    probes = [x, *values, *(v + 1 for v in values), *(v - 1 for v in values)]
+    assert [_bisect_right(values, p) for p in probes] == [bisect_right(values, p) for p in probes]

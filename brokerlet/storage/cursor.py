@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
+from typing import Final
 
 __all__ = ["AckedRanges", "Cursor", "CursorState"]
 
@@ -22,6 +23,22 @@ AckedRanges = list[tuple[int, int]]
 
 CursorState = tuple[int, AckedRanges]
 """What a cursor is saved and handed over as: ``(mark_delete, acked_ranges())``."""
+
+
+def _bisect_right(values: list[int], x: int) -> int:
+    """`bisect.bisect_right` typed: compiled, ids compared as C integers, not objects."""
+    lo = 0
+    hi = len(values)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x < values[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+_COMPILED: Final = type(_bisect_right).__name__ != "function"  # else bisect's C search wins
 
 
 class Cursor:
@@ -128,7 +145,7 @@ class Cursor:
                 self._absorb()
                 moved = True
                 continue
-            at = bisect_right(lows, entry_id)
+            at = _bisect_right(lows, entry_id) if _COMPILED else bisect_right(lows, entry_id)
             if at:
                 first = lows[at - 1]
                 end = highs[first]
