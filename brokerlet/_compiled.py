@@ -42,6 +42,7 @@ MODULES = (
     "brokerlet.transport.protocol._payload",
     "brokerlet.transport.protocol._framing",
     "brokerlet.transport.protocol._scan",
+    "brokerlet.dispatch.consumer",
     "brokerlet.dispatch.delivery",
     "brokerlet.dispatch.delayed",
     "brokerlet.dispatch.key_shared",

@@ -8,40 +8,37 @@ entries of that hash in the read are held too, so a key's order is kept.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from brokerlet.config import Settings
+from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
 from brokerlet.dispatch.key_shared import KeySharedRules
 from brokerlet.dispatch.replay import ReplaySet
 from brokerlet.keyshared import ConsistentHashingSelector, KeySharedMeta
 from brokerlet.storage.ledger import Entry
+from brokerlet.transport.protocol import pb
 
-
-@dataclass(eq=False)
-class _Consumer:
-    name: str
-
-
-CONSUMERS = [_Consumer(f"c{i}") for i in range(4)]
+_HANDLE = ConnectionHandle(peer="p", channel=None, event_loop=None)  # type: ignore[arg-type]
+CONSUMERS = [
+    Consumer(i, f"c{i}", "t", "s", pb.CommandSubscribe.Key_Shared, 0, _HANDLE) for i in range(4)
+]
 
 
 def _rules(members: int) -> KeySharedRules:
     rules = KeySharedRules(KeySharedMeta(), Settings(), lambda: None)
-    selector: ConsistentHashingSelector[_Consumer] = ConsistentHashingSelector(100)
+    selector: ConsistentHashingSelector[Consumer] = ConsistentHashingSelector(100)
     for consumer in CONSUMERS[:members]:
         selector.add(consumer)
-    rules.selector = selector  # type: ignore[assignment]
+    rules.selector = selector
     return rules
 
 
 def _by_the_rules(
-    entries: list[Entry], owners: list[_Consumer | None], budgets: dict[_Consumer, int]
-) -> tuple[list[tuple[_Consumer, list[int]]], list[int], dict[int, int]]:
+    entries: list[Entry], owners: list[Consumer | None], budgets: dict[Consumer, int]
+) -> tuple[list[tuple[Consumer, list[int]]], list[int], dict[int, int]]:
     """The entry-by-entry rules for a read with nothing waiting or draining."""
-    batches: dict[_Consumer, list[int]] = {}
+    batches: dict[Consumer, list[int]] = {}
     held: list[int] = []
     blocked: set[int] = set()
     pending: dict[int, int] = {}
@@ -76,9 +73,9 @@ def test_a_read_is_split_as_the_rules_split_it(
     budgets = {c: n for c, n in zip(CONSUMERS, permits, strict=True) if n is not None}
     owners = rules.selector.select_batch([entry.key_hash for entry in entries])
     expected_budgets = dict(budgets)
-    expected = _by_the_rules(entries, owners, expected_budgets)  # type: ignore[arg-type]
+    expected = _by_the_rules(entries, owners, expected_budgets)
 
-    batches, held = rules.assign(entries, budgets, ReplaySet(), from_replay=False)  # type: ignore[arg-type]
+    batches, held = rules.assign(entries, budgets, ReplaySet(), from_replay=False)
 
     got_batches = [(c, [e.entry_id for e in batch]) for c, batch in batches.items()]
     assert got_batches == expected[0]

@@ -55,8 +55,8 @@ class LocklessTotal(PermitTotal):
 class NoReadGate:
     """Stands in for the dispatcher's conflated read request; FLOWs call it."""
 
-    def request(self) -> None:
-        pass
+    def request(self) -> bool:
+        return False  # as ConflatedTell answers when a request is queued already
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["ConnectionHandle", "Consumer"]
 
 
-@dataclass(eq=False)
 class ConnectionHandle:
     """What other actors may know of a connection: its channel, its event loop and its consumers.
 
@@ -43,14 +42,30 @@ class ConnectionHandle:
     the event loop can walk it on a writable event without taking any lock.
     """
 
-    peer: str
-    channel: Channel
-    event_loop: pykka.ActorRef[EventLoopActor]  # owns this channel's I/O tasks
-    actor: pykka.ActorRef[ConnectionActor] | None = None  # for broker-initiated closes
-    consumers: tuple[Consumer, ...] = ()
-    closed: bool = False
-    # WritabilityChanged to ``event_loop``, conflated.
-    writable_notice: ConflatedTell[EventLoopActor] | None = None
+    # A plain class, not a dataclass: compiled, a dataclass's field types are looked up at
+    # import, and these are type names only (dispatch/ imports no actor or gevent module).
+    def __init__(
+        self,
+        peer: str,
+        channel: Channel,
+        event_loop: pykka.ActorRef[EventLoopActor],  # owns this channel's I/O tasks
+        *,
+        actor: pykka.ActorRef[ConnectionActor] | None = None,  # for broker-initiated closes
+        consumers: tuple[Consumer, ...] = (),
+        closed: bool = False,
+        # WritabilityChanged to ``event_loop``, conflated.
+        writable_notice: ConflatedTell[EventLoopActor] | None = None,
+    ) -> None:
+        self.peer = peer
+        self.channel = channel
+        self.event_loop = event_loop
+        self.actor = actor
+        self.consumers = consumers
+        self.closed = closed
+        self.writable_notice = writable_notice
+
+    def __repr__(self) -> str:
+        return f"ConnectionHandle({self.peer!r}, consumers={len(self.consumers)})"
 
     def channel_writability_changed(self, writable: bool) -> None:
         """The channel's callback; runs on the I/O path, so it only queues a notification."""
