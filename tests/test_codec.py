@@ -399,6 +399,21 @@ def test_byte_by_byte_feed_yields_the_same_frames() -> None:
     assert decoder.buffered == 0
 
 
+def test_a_read_that_finishes_a_cut_frame_decodes_what_follows_it() -> None:
+    # FrameDecoder._after_cut joins a cut frame from the bytes it lacks and decodes the rest
+    # of the read in place: every pair of cuts of three frames gives the same frames, and
+    # buffered counts what is left of the last one.
+    stream = _stream()
+    ends = list(itertools.accumulate(_frame_sizes(stream)))
+    for first in range(1, len(stream), 7):
+        for second in range(first, len(stream) + 1, 11):
+            decoder = FrameDecoder(LIMIT)
+            frames = decoder.feed(stream[:first]) + decoder.feed(stream[first:second])
+            assert frames == _expected_frames()[: sum(end <= second for end in ends)]
+            assert decoder.buffered == second - max([0, *(e for e in ends if e <= second)])
+            assert frames + decoder.feed(stream[second:]) == _expected_frames()
+
+
 def test_buffered_counts_a_partial_frame_and_eof_rejects_it() -> None:
     decoder = FrameDecoder(LIMIT)
     frame = _frame_bytes(SAMPLES[0])
