@@ -41,7 +41,12 @@ from brokerlet.transport.protocol import (
     split_batch,
 )
 from brokerlet.transport.protocol._fast import COPY_LIMIT
-from brokerlet.transport.protocol._payload import plain_key, plain_key_by_regex, plain_key_by_walk
+from brokerlet.transport.protocol._payload import (
+    plain_key,
+    plain_key_by_regex,
+    plain_key_by_walk,
+    varint_field,
+)
 
 LIMIT = 5 * 1024 * 1024 + 10 * 1024
 T = pb.BaseCommand
@@ -1124,3 +1129,21 @@ def test_plain_key_by_walk_and_by_regex_agree_on_any_bytes(tail: bytes, payload:
     entry = struct.pack(">I", len(metadata)) + metadata + payload
     assert plain_key_by_walk(entry) == plain_key_by_regex(entry)
     assert plain_key_by_walk(entry[:5]) == plain_key_by_regex(entry[:5])
+
+
+@settings(max_examples=300, deadline=None)
+@given(_uint64s, _uint64s, _uint64s, st.text(max_size=20))
+def test_varint_field_reads_what_protobuf_wrote_first_or_last(
+    first: int, second: int, sequence_id: int, name: str
+) -> None:
+    # One walker serves the command peeks (the last value, protobuf's rule) and the stored
+    # entries' metadata reads (_scan: the first, within the metadata's bounds).
+    one = pb.MessageMetadata(producer_name=name, sequence_id=sequence_id, publish_time=first)
+    two = pb.MessageMetadata(producer_name=name, sequence_id=sequence_id, publish_time=second)
+    both = one.SerializeToString() + two.SerializeToString()  # publish_time twice
+    assert varint_field(both, 3) == pb.MessageMetadata.FromString(both).publish_time == second
+    assert varint_field(both, 3, first=True) == first
+    entry = build_entry(one, b"payload")
+    end = 4 + struct.unpack_from(">I", entry)[0]
+    assert varint_field(entry, 2, 4, end, first=True) == sequence_id
+    assert varint_field(entry, 19, 4, end) is None

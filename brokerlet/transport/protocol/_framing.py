@@ -20,12 +20,11 @@ from brokerlet.transport.protocol import pulsar_pb2 as pb
 from brokerlet.transport.protocol._errors import ProtocolError
 from brokerlet.transport.protocol._fast import AckFields, SendFields, decode_ack, decode_send
 from brokerlet.transport.protocol._payload import (
-    ANY_VARINT,
     COMPILED,
     MAGIC_CRC32C,
     Payload,
     split_checksummed,
-    walk_varint,
+    varint_field,
 )
 from brokerlet.transport.protocol._proto import merge_from, missing_fields
 from brokerlet.transport.protocol._text import invalid_text_field
@@ -385,41 +384,6 @@ def _decode_command(data: bytes) -> tuple[pb.BaseCommand, int]:
 def _peek_type(data: bytes) -> int | None:
     """Find the raw value of field 1 (``type``) in a serialised BaseCommand."""
     return varint_field(data, 1)
-
-
-def varint_field(data: bytes, number: int) -> int | None:
-    """The raw value of varint field ``number`` in a serialised message.
-
-    Walks the top-level fields without interpreting them; returns the last value seen
-    (protobuf's rule for repeated scalars), or None if there is none or the bytes are
-    too broken to walk.
-    """
-    found: int | None = None
-    offset = 0
-    end = len(data)
-    while offset < end:
-        tag, offset = walk_varint(data, offset, end, ANY_VARINT)
-        if tag < 0:
-            return found
-        field_number, wire_type = tag >> 3, tag & 7
-        if wire_type == 0:
-            value, offset = walk_varint(data, offset, end, ANY_VARINT)
-            if value < 0:
-                return found
-            if field_number == number:
-                found = value
-        elif wire_type == 1:
-            offset += 8
-        elif wire_type == 2:
-            length, offset = walk_varint(data, offset, end, ANY_VARINT)
-            if length < 0:
-                return found
-            offset += length
-        elif wire_type == 5:
-            offset += 4
-        else:
-            return found
-    return found
 
 
 def encode_command(command: pb.BaseCommand) -> bytes:

@@ -41,6 +41,7 @@ __all__ = [
     "plain_key_by_walk",
     "split_batch",
     "split_checksummed",
+    "varint_field",
     "walk_varint",
 ]
 
@@ -294,6 +295,47 @@ def walk_varint(data: bytes, at: int, end: int, shift_limit: int = 63) -> tuple[
             return value, at
         shift += 7
     return -1, 0
+
+
+def varint_field(
+    data: bytes, number: int, start: int = 0, end: int = -1, *, first: bool = False
+) -> int | None:
+    """The raw value of varint field ``number`` of the message serialised in
+    ``data[start:end]`` (``end`` -1: to the end of ``data``).
+
+    Walks the top-level fields without interpreting them; returns the last value seen
+    (protobuf's rule for repeated scalars), or with ``first`` the first, without walking
+    further; None if there is none. A walk that breaks returns what it found before.
+    """
+    if end < 0:
+        end = len(data)
+    found: int | None = None
+    offset = start
+    while offset < end:
+        tag, offset = walk_varint(data, offset, end, ANY_VARINT)
+        if tag < 0:
+            return found
+        field_number, wire_type = tag >> 3, tag & 7
+        if wire_type == 0:
+            value, offset = walk_varint(data, offset, end, ANY_VARINT)
+            if value < 0:
+                return found
+            if field_number == number:
+                if first:
+                    return value
+                found = value
+        elif wire_type == 1:
+            offset += 8
+        elif wire_type == 2:
+            length, offset = walk_varint(data, offset, end, ANY_VARINT)
+            if length < 0:
+                return found
+            offset += length
+        elif wire_type == 5:
+            offset += 4
+        else:
+            return found
+    return found
 
 
 # Compiled by mypyc, functions are built-in functions rather than Python ones.

@@ -11,7 +11,7 @@ from typing import Any
 from google.protobuf import unknown_fields
 
 from brokerlet.transport.protocol import pulsar_pb2 as pb
-from brokerlet.transport.protocol._framing import varint_field
+from brokerlet.transport.protocol._payload import varint_field
 from brokerlet.transport.protocol._unsupported import _key, _varint
 
 __all__ = [

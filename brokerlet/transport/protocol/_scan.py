@@ -12,11 +12,7 @@ import re
 import struct
 from collections.abc import Iterable
 
-from brokerlet.transport.protocol._payload import (
-    ANY_VARINT,
-    PLAIN_METADATA_FIELDS,
-    walk_varint,
-)
+from brokerlet.transport.protocol._payload import PLAIN_METADATA_FIELDS, varint_field
 
 __all__ = ["deliver_at_time", "may_deliver_later", "publish_time", "sticky_key"]
 
@@ -34,30 +30,7 @@ def _field(entry: bytes, number: int) -> int | None:
     end = 4 + _U32.unpack_from(entry, 0)[0]
     if end > len(entry):
         return None
-    pos = 4
-    while pos < end:
-        tag, pos = walk_varint(entry, pos, end, ANY_VARINT)
-        if tag < 0:
-            return None
-        field, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = walk_varint(entry, pos, end, ANY_VARINT)
-            if value < 0:
-                return None
-            if field == number:
-                return value
-        elif wire == 2:
-            size, pos = walk_varint(entry, pos, end, ANY_VARINT)
-            if size < 0:
-                return None
-            pos += size
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        else:
-            return None
-    return None
+    return varint_field(entry, number, 4, end, first=True)
 
 
 def publish_time(entry: bytes) -> int:

@@ -16,7 +16,8 @@ from typing import Any
 from google.protobuf import unknown_fields
 
 from brokerlet.transport.protocol import pulsar_pb2 as pb
-from brokerlet.transport.protocol._framing import encode_command, varint_field
+from brokerlet.transport.protocol._framing import encode_command
+from brokerlet.transport.protocol._payload import varint_field
 
 __all__ = ["UNSUPPORTED", "encode_unsupported_reply", "unsupported_request_id"]
 
