@@ -20,7 +20,7 @@ from brokerlet import Broker
 from brokerlet.compaction.compactor import compact
 from brokerlet.compaction.runner import run_compaction
 from brokerlet.compaction.view import VIEW_FILE, CompactedView, CorruptViewError, load_view
-from brokerlet.storage import DiskStorage, Entry, MemoryLedger, NewEntry
+from brokerlet.storage import DiskStorage, Entry, MemoryLedger, new_entry
 from brokerlet.storage._io import FileOps
 from brokerlet.testing.process import BrokerletProcess
 from brokerlet.testing.rawclient import RawClient
@@ -71,7 +71,7 @@ def ledger_of(datas: list[bytes]) -> MemoryLedger:
         if metadata.HasField("num_messages_in_batch"):
             count[index] = metadata.num_messages_in_batch
     ledger.append(
-        [NewEntry(d, crc32c(d), n) for d, n in zip(datas, count, strict=True)], lambda _: None
+        [new_entry(d, crc32c(d), n) for d, n in zip(datas, count, strict=True)], lambda _: None
     )
     return ledger
 
@@ -124,7 +124,7 @@ def test_a_second_compaction_builds_on_the_previous_view() -> None:
     ledger = ledger_of([single("a", b"a1"), single("b", b"b1")])
     first = compact(None, reader_of(ledger), 7, 1).view
     ledger.append(
-        [NewEntry(d, crc32c(d), 1) for d in (single("a", b"a2"), single("b", b""))], print
+        [new_entry(d, crc32c(d), 1) for d in (single("a", b"a2"), single("b", b""))], print
     )
     ledger.trim(10)  # retention cannot drop the open chunk; pretend nothing of 0..1 is read
     second = compact(first, reader_of(ledger), 7, 3).view
@@ -163,7 +163,7 @@ def test_an_interrupted_compaction_leaves_the_previous_view_intact(tmp_path: Pat
     before = (tmp_path / VIEW_FILE).read_bytes()
     previous = load_view(str(tmp_path), 7)
     assert previous is not None
-    ledger.append([NewEntry(single("a", b"a2"), 0, 1)], lambda _: None)
+    ledger.append([new_entry(single("a", b"a2"), 0, 1)], lambda _: None)
 
     # Killed in phase one / two (a read fails): nothing is written.
     class Failing(MemoryLedger):

@@ -20,7 +20,7 @@ from brokerlet.config import load_settings
 from brokerlet.producers import hooks
 from brokerlet.producers.dedup import Deduplication, Verdict
 from brokerlet.producers.state import may_be_chunked
-from brokerlet.storage import MemoryLedger, NewEntry
+from brokerlet.storage import MemoryLedger, new_entry
 from brokerlet.testing.process import BrokerletProcess
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient
 from brokerlet.testing.waiting import wait_until
@@ -106,13 +106,13 @@ _ITEMS = st.lists(
 
 def _item(sequence_id: int, above: int, messages: int, kind: str) -> AppendItem:
     if kind == "refused":
-        return AppendItem(sequence_id, sequence_id, None, (pb.NotAllowedError, "refused"))
+        return (sequence_id, sequence_id, None, (pb.NotAllowedError, "refused"))
     metadata = pb.MessageMetadata(producer_name="p", sequence_id=sequence_id, publish_time=1)
     if kind.endswith("chunk"):
         metadata.num_chunks_from_msg = 2
         metadata.chunk_id = 1 if kind == "last chunk" else 0
     highest = sequence_id + above if above else 0
-    return AppendItem(sequence_id, highest, NewEntry(build_entry(metadata, b"x"), 0, messages))
+    return (sequence_id, highest, new_entry(build_entry(metadata, b"x"), 0, messages), None)
 
 
 def _screen_all(appends: list[tuple[list[Any], bool]], *, runs: bool) -> list[Any]:

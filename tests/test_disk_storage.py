@@ -42,6 +42,7 @@ from brokerlet.storage import (
     NewEntry,
     StorageError,
     SyncPolicy,
+    new_entry,
 )
 from brokerlet.storage._reading import TailCache
 from brokerlet.storage._records import RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE, encode_records
@@ -53,8 +54,8 @@ TOPIC = "persistent://public/default/orders"
 WAIT = 5.0
 
 
-def new_entry(data: bytes, num_messages: int = 1) -> NewEntry:
-    return NewEntry(data, crc32c(data), num_messages)
+def entry_of(data: bytes, num_messages: int = 1) -> NewEntry:
+    return new_entry(data, crc32c(data), num_messages)
 
 
 def payload(index: int) -> bytes:
@@ -64,7 +65,7 @@ def payload(index: int) -> bytes:
 def append(ledger: DiskLedger, datas: Sequence[bytes]) -> int:
     """Append and wait for the callback; return the first id (raise what the callback got)."""
     result = gevent.event.AsyncResult()
-    ledger.append([new_entry(d) for d in datas], result.set)
+    ledger.append([entry_of(d) for d in datas], result.set)
     outcome = result.get(timeout=WAIT)
     if isinstance(outcome, BaseException):
         raise outcome
@@ -74,7 +75,7 @@ def append(ledger: DiskLedger, datas: Sequence[bytes]) -> int:
 
 def append_outcome(ledger: DiskLedger, datas: Sequence[bytes]) -> int | BaseException:
     result = gevent.event.AsyncResult()
-    ledger.append([new_entry(d) for d in datas], result.set)
+    ledger.append([entry_of(d) for d in datas], result.set)
     outcome: int | BaseException = result.get(timeout=WAIT)
     return outcome
 
@@ -240,7 +241,7 @@ def test_a_kept_key_hash_is_read_from_the_cache_and_not_from_segments(
     storage = open_storage()
     ledger, _ = storage.open_topic(TOPIC)
     datas = [payload(i) for i in range(4)]
-    news = [NewEntry(d, crc32c(d), 1, 1000 + i) for i, d in enumerate(datas)]
+    news = [new_entry(d, crc32c(d), 1, 1000 + i) for i, d in enumerate(datas)]
     done = gevent.event.AsyncResult()
     ledger.append(news, done.set)
     assert done.get(timeout=WAIT) == 0
@@ -278,7 +279,7 @@ def test_num_messages_and_checksum_survive_restart(
     storage = open_storage()
     ledger, _ = storage.open_topic(TOPIC)
     result = gevent.event.AsyncResult()
-    ledger.append([new_entry(b"a batch of seven", 7)], result.set)
+    ledger.append([entry_of(b"a batch of seven", 7)], result.set)
     assert result.get(timeout=WAIT) == 0
     storage.close()
 
@@ -314,10 +315,10 @@ def test_concurrent_appends_share_one_sync(
         if len(results) == count:
             all_done.set()
 
-    ledger.append([new_entry(b"leader")], done)
+    ledger.append([entry_of(b"leader")], done)
     assert ops.sync_entered.wait(WAIT)  # the writer is now inside the leader's sync
     for index in range(count - 1):
-        ledger.append([new_entry(payload(index))], done)
+        ledger.append([entry_of(payload(index))], done)
     gevent.idle()  # the hub has run everything it can while the sync is held ...
     assert results == []  # ... and nothing is acknowledged before its sync
     hold.set()
@@ -350,7 +351,7 @@ def test_callbacks_run_on_hub_thread_in_append_order(
                     finished.set()
 
             submitted.append(position)
-            ledger.append([new_entry(payload(index)), new_entry(b"x")], done)
+            ledger.append([entry_of(payload(index)), entry_of(b"x")], done)
             if index % 7 == 0:
                 gevent.sleep(0)
 
@@ -635,7 +636,7 @@ def test_records_after_a_gap_of_zeros_are_cut_not_taken_back(
     storage.close()
     (segment,) = segment_files(crashed)
     end = _records_end(segment)
-    stray, _ = encode_records([new_entry(b"never acknowledged")])
+    stray, _ = encode_records([entry_of(b"never acknowledged")])
     with open(segment, "r+b") as file:
         file.seek(end + 4096)
         file.write(stray)
@@ -974,7 +975,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     import gevent, gevent.event
-    from brokerlet.storage import DiskStorage, NewEntry
+    from brokerlet.storage import DiskStorage, new_entry
     from brokerlet.transport.protocol import crc32c
 
     def data(producer, seq):
@@ -988,7 +989,7 @@ CHILD = textwrap.dedent(
         while True:
             done = gevent.event.AsyncResult()
             batch = [data(number, seq + k) for k in range(3)]
-            ledger.append([NewEntry(d, crc32c(d), 1) for d in batch], done.set)
+            ledger.append([new_entry(d, crc32c(d), 1) for d in batch], done.set)
             first = done.get()
             sys.stdout.write(f"{first} {number} {seq}\\n")
             sys.stdout.flush()
@@ -1200,7 +1201,7 @@ def test_the_tail_cache_keeps_a_window_of_the_newest_entries(
     for op, arg in ops:
         if op == "extend":
             assert isinstance(arg, list)
-            news = [NewEntry(bytes([n % 256]) * n, n * 7, n % 5 + 1, n * 11) for n in arg]
+            news = [new_entry(bytes([n % 256]) * n, n * 7, n % 5 + 1, n * 11) for n in arg]
             cache.extend(9, next_id, news)
             for offset, new in enumerate(news):
                 appended[next_id + offset] = Entry(9, next_id + offset, *new)
@@ -1237,7 +1238,7 @@ def test_the_tail_cache_keeps_a_window_of_the_newest_entries(
 def test_the_tail_cache_holds_no_object_per_entry_for_the_collector() -> None:
     # A tracked object per cached entry made most of the young generation under load.
     cache = TailCache(1 << 30, 0)
-    news = [NewEntry(b"x" * 10, 1, 1) for _ in range(1000)]
+    news = [new_entry(b"x" * 10, 1, 1) for _ in range(1000)]
     gc.disable()
     try:
         gc.collect(0)
@@ -1263,7 +1264,7 @@ def test_a_memory_ledger_reads_what_was_appended(
     ledger = MemoryLedger(4, segment_bytes=500)
     appended: list[Entry] = []
     for sizes in batches:
-        news = [NewEntry(bytes([n % 256]) * n, n * 3, n % 4 + 1) for n in sizes]
+        news = [new_entry(bytes([n % 256]) * n, n * 3, n % 4 + 1) for n in sizes]
         ledger.append(news, lambda first: None)
         appended += [Entry(4, len(appended) + i, *new) for i, new in enumerate(news)]
     ledger.trim(trim_to)
@@ -1290,7 +1291,7 @@ def test_a_memory_ledger_reads_what_was_appended(
 
 def test_a_memory_ledger_holds_no_object_per_entry_for_the_collector() -> None:
     ledger = MemoryLedger(1)
-    news = [NewEntry(b"x" * 10, 1, 1) for _ in range(1000)]
+    news = [new_entry(b"x" * 10, 1, 1) for _ in range(1000)]
     gc.disable()
     try:
         gc.collect(0)

@@ -48,7 +48,7 @@ def _via_protobuf(raw: bytes) -> SendFields | None:
         return None
     send = command.send
     highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
-    return SendFields(send.producer_id, send.sequence_id, send.num_messages, highest)
+    return (send.producer_id, send.sequence_id, send.num_messages, highest)
 
 
 def _decode(data: bytes) -> list[Frame] | str:
@@ -182,7 +182,7 @@ def test_decoded_send_frames_equal_their_protobuf_frames(
 def test_a_send_with_a_missing_sequence_id_is_refused_as_before() -> None:
     raw = T(type=T.SEND, send=pb.CommandSend(producer_id=1, sequence_id=2)).SerializeToString()
     broken = _SEND_HEAD + bytes([2]) + b"\x08\x01"  # producer_id only
-    assert decode_send(raw) == SendFields(1, 2, 1, None)
+    assert decode_send(raw) == (1, 2, 1, None)
     assert decode_send(broken) is None
     result = _decode(_frame_of(broken))
     assert result == "error: SEND command is missing required fields: send.sequence_id"
@@ -191,7 +191,7 @@ def test_a_send_with_a_missing_sequence_id_is_refused_as_before() -> None:
 def test_a_send_frame_without_a_checksum_still_decodes() -> None:
     command = T(type=T.SEND, send=pb.CommandSend(producer_id=3, sequence_id=4))
     [frame] = FrameDecoder(1 << 20).feed(encode_payload_command(command, ENTRY, None))
-    assert frame.send == SendFields(3, 4, 1, None)
+    assert frame.send == (3, 4, 1, None)
     assert frame.payload == ENTRY
 
 

@@ -14,7 +14,7 @@ import pulsar
 import pytest
 
 from brokerlet import Broker
-from brokerlet.storage import MemoryLedger, NewEntry
+from brokerlet.storage import MemoryLedger, NewEntry, new_entry
 from brokerlet.storage.expiry import newest_published_before
 from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
@@ -29,7 +29,7 @@ def entry_published_at(ms: int) -> NewEntry:
     metadata = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=ms)
     encoded = metadata.SerializeToString()
     data = len(encoded).to_bytes(4, "big") + encoded + b"payload"
-    return NewEntry(data, 0, 1)
+    return new_entry(data, 0, 1)
 
 
 def test_the_search_finds_the_newest_entry_published_before_the_cutoff() -> None:

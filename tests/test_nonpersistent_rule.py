@@ -8,7 +8,7 @@ from typing import Any
 
 from brokerlet.actors.messages import AckDropped, ReadEntries, ReadIds
 from brokerlet.dispatch.permits import PermitTotal
-from brokerlet.storage.ledger import Entry, MemoryLedger, NewEntry
+from brokerlet.storage.ledger import Entry, MemoryLedger, new_entry
 from brokerlet.topicops.nonpersistent import NonPersistentRule
 
 
@@ -33,7 +33,7 @@ def make() -> tuple[MemoryLedger, NonPersistentRule, list[tuple[int, list[Entry]
 
 def publish(ledger: MemoryLedger, rule: NonPersistentRule, count: int, batch: int = 1) -> None:
     first = ledger.last_entry_id + 1
-    ledger.append([NewEntry(b"x", 0, batch) for _ in range(count)], lambda _r: None)
+    ledger.append([new_entry(b"x", 0, batch) for _ in range(count)], lambda _r: None)
     got: list[Entry] = []
     ledger.read(first, count, 0, lambda r: got.extend(r) if isinstance(r, list) else None)
     rule.appended(got)

@@ -25,7 +25,7 @@ import gevent
 import gevent.event
 import pytest
 
-from brokerlet.storage import DiskLedger, DiskStorage, FileOps, NewEntry
+from brokerlet.storage import DiskLedger, DiskStorage, FileOps, new_entry
 from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import crc32c
 
@@ -178,7 +178,7 @@ def test_a_power_cut_loses_at_most_what_the_sync_policy_allows(
             data = f"p{number}-{sequence}-".encode() * (1 + (sequence * 7 + number) % 300)
             sent.add(data)
             done = gevent.event.AsyncResult()
-            ledger.append([NewEntry(data, crc32c(data), 1)], done.set)
+            ledger.append([new_entry(data, crc32c(data), 1)], done.set)
             outcome = done.get(timeout=10)
             if isinstance(outcome, BaseException):
                 return

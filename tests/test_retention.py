@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from brokerlet import Broker
-from brokerlet.storage import MemoryLedger, NewEntry
+from brokerlet.storage import MemoryLedger, new_entry
 from brokerlet.storage.marks import MarkDeletes
 from brokerlet.storage.retention import (
     RetentionPolicy,
@@ -74,7 +74,7 @@ def test_time_limit_drops_segments_older_than_it() -> None:
 def test_memory_ledger_trims_whole_chunks_on_the_service_pass() -> None:
     ledger = MemoryLedger(1, segment_bytes=1000)
     for index in range(30):
-        ledger.append([NewEntry(bytes([index]) * 200, 0, 1)], lambda _: None)
+        ledger.append([new_entry(bytes([index]) * 200, 0, 1)], lambda _: None)
     segments = ledger.segments()
     assert [s.first_id for s in segments] == [0, 5, 10, 15, 20, 25]
     clock = [0]
@@ -99,12 +99,12 @@ def test_a_poke_asks_for_a_check_only_when_the_oldest_sealed_segment_is_consumed
     service = RetentionService(lambda _: RetentionPolicy(0, 0), 60)
     service.watch("t", ledger)
     for index in range(3):
-        ledger.append([NewEntry(bytes([index]) * 200, 0, 1)], lambda _: None)
+        ledger.append([new_entry(bytes([index]) * 200, 0, 1)], lambda _: None)
     ledger.consumed_up_to = 2
     service.poke("t")  # one chunk, the open one: nothing could go
     assert not service._due
     for index in range(3, 12):
-        ledger.append([NewEntry(bytes([index]) * 200, 0, 1)], lambda _: None)
+        ledger.append([new_entry(bytes([index]) * 200, 0, 1)], lambda _: None)
     assert ledger.oldest_sealed_last_id == 4  # chunks 0..4, 5..9, 10..11 (open)
     ledger.consumed_up_to = 3
     service.poke("t")
@@ -120,7 +120,7 @@ def test_a_poke_asks_for_a_check_only_when_the_oldest_sealed_segment_is_consumed
     assert service.run_once(["t"]) == 2
     assert ledger.oldest_sealed_last_id is None
     for index in range(12, 16):
-        ledger.append([NewEntry(bytes([index]) * 200, 0, 1)], lambda _: None)
+        ledger.append([new_entry(bytes([index]) * 200, 0, 1)], lambda _: None)
     assert ledger.oldest_sealed_last_id == 14
     ledger.consumed_up_to = 14
     service.poke("t")

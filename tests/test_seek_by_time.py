@@ -17,7 +17,7 @@ import pulsar
 import pytest
 
 from brokerlet import Broker
-from brokerlet.storage.ledger import Entry, MemoryLedger, NewEntry
+from brokerlet.storage.ledger import Entry, MemoryLedger, new_entry
 from brokerlet.storage.time_search import PublishTimeSearch
 from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import build_entry, pb, publish_time
@@ -32,7 +32,7 @@ def _ledger(times: list[int]) -> MemoryLedger:
         data = build_entry(
             pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=at), b""
         )
-        entries.append(NewEntry(data, 0, 1))
+        entries.append(new_entry(data, 0, 1))
     ledger.append(entries, lambda _first: None)
     return ledger
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import gevent
 import gevent.event
 
-from brokerlet.storage import DiskStorage, FileOps, Ledger, MemoryLedger, NewEntry
+from brokerlet.storage import DiskStorage, FileOps, Ledger, MemoryLedger, new_entry
 from brokerlet.testing import percentile
 from brokerlet.transport.protocol import crc32c
 
@@ -70,7 +70,7 @@ def run(
 ) -> tuple[float, list[float], list[float]]:
     """Drive ``ledger`` for ``seconds``; return (entries/s, latencies, ticker lateness) in s."""
     payload = os.urandom(size)
-    entries = [NewEntry(payload, crc32c(payload), 1)] * batch
+    entries = [new_entry(payload, crc32c(payload), 1)] * batch
     latencies: list[float] = []
     appended = 0
     running = True

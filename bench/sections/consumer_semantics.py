@@ -26,7 +26,7 @@ from brokerlet.config import Settings
 from brokerlet.dispatch.delayed import DelayedDelivery
 from brokerlet.dispatch.replay import ReplaySet
 from brokerlet.storage.cursor import Cursor
-from brokerlet.storage.ledger import Entry, MemoryLedger, NewEntry
+from brokerlet.storage.ledger import Entry, MemoryLedger, new_entry
 from brokerlet.storage.time_search import PublishTimeSearch
 from brokerlet.transport.protocol import build_entry, pb, publish_time
 
@@ -106,7 +106,7 @@ def _seek(samples: int) -> tuple[dict[str, float], list[Row]]:
     for first in range(0, ENTRIES, chunk):
         ledger.append(
             [
-                NewEntry(
+                new_entry(
                     build_entry(
                         pb.MessageMetadata(
                             producer_name="bench", sequence_id=i, publish_time=base + i

@@ -98,7 +98,7 @@ from brokerlet.transport.protocol import (
     PONG_FRAME,
     PROTOCOL_VERSION,
     Frame,
-    Payload,
+    PayloadFields,
     ProtocolError,
     command_name,
     consumer_stats_request,
@@ -122,10 +122,6 @@ if TYPE_CHECKING:
 __all__ = ["ConnectionActor", "valid_topic_name"]
 
 log = logging.getLogger(__name__)
-
-# NewEntry and AppendItem per SEND from a tuple of their fields, without the NamedTuple's
-# Python-level constructor (a frame per call).
-_as_named = tuple.__new__
 
 T = pb.BaseCommand
 _producer_names = itertools.count()
@@ -746,8 +742,7 @@ class ConnectionActor(GeventActor):
                 # partition key read on the way is hashed once here for Key_Shared, not at
                 # every read of every subscription; either way the entry is marked plain.
                 key_hash = (plain_key_hash(key) or PLAIN_UNHASHED) if key else PLAIN_UNHASHED
-                entry = _as_named(NewEntry, (data, checksum, num_messages, key_hash))
-                items.append(_as_named(AppendItem, (sequence_id, highest, entry, None)))
+                items.append((sequence_id, highest, (data, checksum, num_messages, key_hash), None))
             else:
                 items.append(
                     self._unusual_send(producer, sequence_id, highest, num_messages, section)
@@ -762,13 +757,13 @@ class ConnectionActor(GeventActor):
         sequence_id: int,
         highest: int,
         num_messages: int,
-        section: Payload,
+        section: PayloadFields,
     ) -> AppendItem:
         """The append item of a SEND off the plain path: a checksum mismatch (answered as
         one), a message over the size limit, or metadata of another layout (parsed)."""
         data, checksum, checksum_ok = section
         max_size = self.settings.max_message_size
-        entry = None
+        entry: NewEntry | None = None
         refusal = None
         if not checksum_ok:
             log.warning(
@@ -786,7 +781,7 @@ class ConnectionActor(GeventActor):
         else:
             refusal = _metadata_refusal(data)
             if refusal is None:
-                entry = _as_named(NewEntry, (data, checksum, num_messages, 0))
+                entry = (data, checksum, num_messages, 0)
         if refusal is not None:
             self._refused.warn(
                 "%s: refused SEND %d of producer %s: %s",
@@ -795,7 +790,7 @@ class ConnectionActor(GeventActor):
                 producer.name,
                 refusal[1],
             )
-        return _as_named(AppendItem, (sequence_id, highest, entry, refusal))
+        return (sequence_id, highest, entry, refusal)
 
     def _append(self, producer: _Producer, items: list[AppendItem]) -> None:
         append = Append(self.actor_ref, producer.producer_id, items)

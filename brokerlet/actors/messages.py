@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
 
 from brokerlet.storage.cursor import CursorState
 from brokerlet.transport.protocol import Frame, pb
@@ -219,11 +219,12 @@ class OpenTopic:
 # TopicActor: appends, producers, subscriptions and reads.
 
 
-class AppendItem(NamedTuple):  # a tuple: one per message, built cheaply
-    sequence_id: int
-    highest_sequence_id: int
-    entry: NewEntry | None  # None: refused before storage (see ``refusal``)
-    refusal: tuple[pb.ServerError.ValueType, str] | None = None  # None: bad checksum
+AppendItem: TypeAlias = (
+    "tuple[int, int, NewEntry | None, tuple[pb.ServerError.ValueType, str] | None]"
+)
+"""One SEND of an `Append`: a plain tuple ``(sequence_id, highest_sequence_id, entry, refusal)``
+(not a NamedTuple: one per message, as `NewEntry`). ``entry`` is None when the SEND was
+refused before storage: ``refusal`` says why, or is None for a checksum mismatch."""
 
 
 @dataclass(slots=True)  # built for every message or pass: see the module docstring

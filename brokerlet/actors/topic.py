@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from operator import attrgetter
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import gevent
@@ -76,7 +76,7 @@ from brokerlet.producers import hooks as producer_hooks
 from brokerlet.storage.backlog_quota import QuotaState, refusal, size_exceeded_now
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
-from brokerlet.storage.ledger import Entry, Ledger, data_of, messages_of
+from brokerlet.storage.ledger import Entry, Ledger, new_entry_data, new_entry_messages
 from brokerlet.storage.marks import MarkDeletes
 from brokerlet.storage.retention import RetentionService
 from brokerlet.storage.time_search import PublishTimeSearch
@@ -90,7 +90,7 @@ __all__ = ["TopicActor"]
 
 log = logging.getLogger(__name__)
 
-_ENTRY_OF = attrgetter("entry")  # an AppendItem's NewEntry, None if refused
+_ENTRY_OF = itemgetter(2)  # an AppendItem's NewEntry, None if refused
 
 # start_message_id values the official client uses for readers.
 EARLIEST_ID = 2**64 - 1
@@ -273,9 +273,7 @@ class TopicActor(GeventActor):
         decided, screened = self.producer_state.screen(message.reply_to, message.producer_id, items)
         if decided:
             new = [
-                item.entry
-                for i, item in enumerate(items)
-                if item.entry is not None and i not in decided
+                item[2] for i, item in enumerate(items) if item[2] is not None and i not in decided
             ]
         else:
             new = list(filter(None, map(_ENTRY_OF, items)))  # a NewEntry is never empty
@@ -291,31 +289,27 @@ class TopicActor(GeventActor):
                 last_id = result + len(new) - 1 if isinstance(result, int) else -2
                 self.producer_state.appended(screened, items, decided, result, last_id)
             if isinstance(result, int):
-                self.msg_in += sum(map(messages_of, new))
-                self.bytes_in += sum(map(len, map(data_of, new)))
+                self.msg_in += sum(map(new_entry_messages, new))
+                self.bytes_in += sum(map(len, map(new_entry_data, new)))
                 self._complete_waiting_reads()
 
         def receipts(result: int | BaseException) -> list[Receipt]:
             """One per item, in order: refusals and answers decided before storage among them."""
             receipts = []
             next_id = result if isinstance(result, int) else -1
-            for index, item in enumerate(items):
+            for index, (sequence_id, highest, entry, refused) in enumerate(items):
                 if decided and index in decided:
                     receipts.append(decided[index])
                     continue
-                if item.entry is None:
-                    error = item.refusal or (pb.ChecksumError, "Checksum verification failed")
+                if entry is None:
+                    error = refused or (pb.ChecksumError, "Checksum verification failed")
                 elif isinstance(result, BaseException):
                     error = (pb.PersistenceError, f"Append failed: {result}")
                 else:
-                    receipts.append(
-                        Receipt(item.sequence_id, item.highest_sequence_id, ledger_id, next_id)
-                    )
+                    receipts.append(Receipt(sequence_id, highest, ledger_id, next_id))
                     next_id += 1
                     continue
-                receipts.append(
-                    Receipt(item.sequence_id, item.highest_sequence_id, ledger_id, -1, *error)
-                )
+                receipts.append(Receipt(sequence_id, highest, ledger_id, -1, *error))
             return receipts
 
         if new:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brokerlet.actors.errors import BrokerError
-from brokerlet.actors.messages import CloseConsumers
+from brokerlet.actors.messages import AppendItem, CloseConsumers
 from brokerlet.actors.supervision import tell_quietly
 from brokerlet.config import Settings
 from brokerlet.producers.access import ProducerAccess, ProducerEntry, mode_name
@@ -196,7 +196,7 @@ class TopicProducers:
     # SENDs.
 
     def screen(
-        self, connection: Any, producer_id: int, items: Sequence[Any]
+        self, connection: Any, producer_id: int, items: Sequence[AppendItem]
     ) -> tuple[dict[int, Any], Screened | None]:
         """The answers some of an Append's items get without storage, by index."""
         key = (id(connection), producer_id)
@@ -205,15 +205,8 @@ class TopicProducers:
             ledger_id = self.ledger.ledger_id
             reason = "Producer was fenced: another producer took the topic exclusively"
             return {
-                i: receipt(
-                    item.sequence_id,
-                    item.highest_sequence_id,
-                    ledger_id,
-                    -1,
-                    pb.ProducerFenced,
-                    reason,
-                )
-                for i, item in enumerate(items)
+                i: receipt(sequence_id, highest, ledger_id, -1, pb.ProducerFenced, reason)
+                for i, (sequence_id, highest, _, _) in enumerate(items)
             }, None
         dedup = self.dedup
         if dedup is None:
@@ -223,24 +216,25 @@ class TopicProducers:
             return _NOTHING, None
         name = producer.name
         run_highest = _ascending_run(items)
-        if run_highest is not None and dedup.check_run(name, items[0].sequence_id, run_highest):
+        if run_highest is not None and dedup.check_run(name, items[0][0], run_highest):
             return _NOTHING, Screened(name, frozenset(), run_highest)
         receipt = self.receipt
         decided: dict[int, Any] = {}
         partial = set()
         for index, item in enumerate(items):
-            if item.entry is None:
+            sequence_id, highest_sent, entry, _ = item
+            if entry is None:
                 continue
             last_chunk = True
-            data = item.entry.data
+            data = entry[0]
             if may_be_chunked(data):
                 with contextlib.suppress(ProtocolError):
                     last_chunk = is_last_chunk(parse_metadata(data))
             if not last_chunk:
                 partial.add(index)
-            verdict = dedup.check(name, item.sequence_id, _highest(item), last_chunk=last_chunk)
+            verdict = dedup.check(name, sequence_id, _highest(item), last_chunk=last_chunk)
             if verdict is Verdict.DUPLICATE:
-                decided[index] = receipt(item.sequence_id, item.highest_sequence_id, NO_ID, NO_ID)
+                decided[index] = receipt(sequence_id, highest_sent, NO_ID, NO_ID)
             elif verdict is Verdict.UNKNOWN:
                 highest = _highest(item)
                 decided[index] = receipt(
@@ -256,7 +250,7 @@ class TopicProducers:
     def appended(
         self,
         screened: Screened,
-        items: Sequence[Any],
+        items: Sequence[AppendItem],
         decided: dict[int, Any],
         result: int | BaseException,
         last_entry: int,
@@ -275,7 +269,7 @@ class TopicProducers:
         else:
             count = 0
             for index, item in enumerate(items):
-                if item.entry is None or index in decided:
+                if item[2] is None or index in decided:
                     continue
                 count += 1
                 if index not in screened.partial:
@@ -310,27 +304,28 @@ class TopicProducers:
         }
 
 
-def _ascending_run(items: Sequence[Any]) -> int | None:
+def _ascending_run(items: Sequence[AppendItem]) -> int | None:
     """The highest sequence id of ``items`` when `Deduplication.check_run` can take them
     together: every one a whole message to store (no refusal, no chunk), each id past the
     highest of the one before. None otherwise."""
     last = -1
     for item in items:
-        entry = item.entry
-        if entry is None or item.sequence_id <= last or may_be_chunked(entry.data):
+        sequence_id, _, entry, _ = item
+        if entry is None or sequence_id <= last or may_be_chunked(entry[0]):
             return None
         last = _highest(item)
     return last if last >= 0 else None
 
 
-def _highest(item: Any) -> int:
+def _highest(item: AppendItem) -> int:
     """A SEND's highest sequence id: its ``highest_sequence_id`` when set above the first
     (the Java client's batches), else first + messages - 1 (the C++ client sends no
     ``highest_sequence_id`` and numbers a batch's messages one by one)."""
-    if item.highest_sequence_id > item.sequence_id:
-        return int(item.highest_sequence_id)
-    messages: int = item.entry.num_messages
-    return int(item.sequence_id) + max(messages, 1) - 1
+    sequence_id, highest, entry, _ = item
+    if highest > sequence_id:
+        return highest
+    messages = 1 if entry is None else entry[2]
+    return sequence_id + max(messages, 1) - 1
 
 
 def check_consumer_limits(settings: Settings, existing: Any, subscriptions: Iterable[Any]) -> None:

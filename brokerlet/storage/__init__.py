@@ -9,7 +9,7 @@ from brokerlet.storage.disk import (
     StorageError,
     SyncPolicy,
 )
-from brokerlet.storage.ledger import Entry, Ledger, MemoryLedger, NewEntry
+from brokerlet.storage.ledger import Entry, Ledger, MemoryLedger, NewEntry, new_entry
 
 __all__ = [
     "Cursor",
@@ -23,4 +23,5 @@ __all__ = [
     "NewEntry",
     "StorageError",
     "SyncPolicy",
+    "new_entry",
 ]

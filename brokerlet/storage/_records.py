@@ -113,9 +113,8 @@ def encode_records(entries: Sequence[NewEntry]) -> tuple[bytes, list[int]]:
     pack_prefix = _RECORD_PREFIX.pack
     pack_u32 = _U32.pack
     crc = _crc
-    for entry in entries:
-        data = entry.data
-        prefix = pack_prefix(len(data), entry.num_messages, entry.checksum)
+    for data, checksum, num_messages, _ in entries:
+        prefix = pack_prefix(len(data), num_messages, checksum)
         parts.append(prefix)
         parts.append(pack_u32(crc(data, crc(prefix))))
         parts.append(data)

@@ -14,8 +14,8 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from operator import attrgetter
-from typing import NamedTuple, Protocol
+from operator import attrgetter, itemgetter
+from typing import NamedTuple, Protocol, TypeAlias
 
 from brokerlet.storage.retention import SegmentInfo
 
@@ -31,26 +31,32 @@ __all__ = [
     "data_of",
     "key_hash_of",
     "messages_of",
+    "new_entry",
+    "new_entry_data",
+    "new_entry_messages",
 ]
 
 
-class NewEntry(NamedTuple):
-    """An entry to append.
+NewEntry: TypeAlias = tuple[bytes, int, int, int]
+"""An entry to append: a plain tuple ``(data, checksum, num_messages, key_hash)``.
 
-    Attributes:
-        data: ``[metadata size][metadata][payload]`` as the producer sent it.
-        checksum: CRC32C of ``data`` (kept so a delivery needs no recomputation).
-        num_messages: messages in the entry (``num_messages_in_batch`` for a batch, else 1).
-        key_hash: what the SEND's check learnt of the metadata on the way: above 0, the
-            Key_Shared sticky-key hash of the partition key it read; `PLAIN_UNHASHED`, the
-            plain layout with no hash taken (no delivery time either); 0, nothing (an
-            unusual layout, or an entry read back from a segment): read it when needed.
-    """
+- data: ``[metadata size][metadata][payload]`` as the producer sent it.
+- checksum: CRC32C of ``data`` (kept so a delivery needs no recomputation).
+- num_messages: messages in the entry (``num_messages_in_batch`` for a batch, else 1).
+- key_hash: what the SEND's check learnt of the metadata on the way: above 0, the Key_Shared
+  sticky-key hash of the partition key it read; `PLAIN_UNHASHED`, the plain layout with no
+  hash taken (no delivery time either); 0, nothing (an unusual layout, or an entry read back
+  from a segment): read it when needed.
 
-    data: bytes
-    checksum: int
-    num_messages: int
-    key_hash: int = 0
+Not a NamedTuple: one is built for every message, and a tuple subclass costs a quarter of
+the produce path's instructions more to build and free (docs/performance.md, twenty-fourth
+pass). Readers unpack it or take its fields by position (`new_entry_data`, ...).
+"""
+
+
+def new_entry(data: bytes, checksum: int, num_messages: int, key_hash: int = 0) -> NewEntry:
+    """A `NewEntry`, built by name."""
+    return (data, checksum, num_messages, key_hash)
 
 
 class Entry(NamedTuple):
@@ -78,10 +84,13 @@ PLAIN_UNHASHED = -1
 it has no ``deliver_at_time`` (that field is not in the layout); its sticky key is read
 when needed. Every non-zero ``key_hash`` says the same of the delivery time."""
 
-# An entry's fields (an Entry's or a NewEntry's) for C-level loops: sum(map(messages_of, ...)).
+# An Entry's fields for C-level loops: sum(map(messages_of, ...)).
 messages_of = attrgetter("num_messages")
 data_of = attrgetter("data")
 key_hash_of = attrgetter("key_hash")
+# A NewEntry's, by position.
+new_entry_data = itemgetter(0)
+new_entry_messages = itemgetter(2)
 
 _as_entry = tuple.__new__  # Entry from a tuple of its fields, without its Python constructor
 

@@ -221,14 +221,14 @@ class TopicOps:
     def _refuse_append(self, message: Any) -> None:
         receipts = [
             Receipt(
-                item.sequence_id,
-                item.highest_sequence_id,
+                sequence_id,
+                highest,
                 self.t.ledger.ledger_id,
                 -1,
                 pb.TopicTerminatedError,
                 "Topic was already terminated",
             )
-            for item in message.items
+            for sequence_id, highest, _, _ in message.items
         ]
         message.reply_to.tell(Appended(message.producer_id, receipts))
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeAlias, TypeVar
 
 import crc32c as _crc32c_lib
 
@@ -510,26 +510,13 @@ def encode_ack(
     return _frame(_ACK_PREFIX + _uint(len(body)) + body)
 
 
-class SendFields(NamedTuple):
-    """What the broker reads from a SEND: the CommandSend fields it acts on.
-
-    Attributes:
-        producer_id: The producer's id on its connection.
-        sequence_id: Sequence id of the (first) message.
-        num_messages: Messages in the entry (protobuf's default 1 when absent).
-        highest_sequence_id: Sequence id of a batch's last message; None when absent.
-    """
-
-    producer_id: int
-    sequence_id: int
-    num_messages: int
-    highest_sequence_id: int | None
-
+SendFields: TypeAlias = tuple[int, int, int, int | None]
+"""What the broker reads from a SEND, the CommandSend fields it acts on, as a plain tuple
+``(producer_id, sequence_id, num_messages, highest_sequence_id)``: num_messages is
+protobuf's default 1 when absent, highest_sequence_id None when absent. Not a NamedTuple:
+one per message (docs/performance.md, twenty-fourth pass)."""
 
 _INT32_LIMIT: Final = 1 << 31
-# A NamedTuple from a tuple of its fields, without its Python-level constructor (a frame
-# per call, twice the cost of the tuple): for the few built once per message.
-_as_named: Final = tuple.__new__
 _VARINT = rb"([\x80-\xff]{0,8}[\x00-\x7f])"  # at most nine bytes: no 64-bit overflow rules
 # type = SEND, then the send body (length below 128) with fields 1, 2, [3], [6] in number
 # order, as protobuf serialisers write them.
@@ -591,13 +578,12 @@ def decode_send_by_regex(command: bytes) -> SendFields | None:
         count = num_messages[0] if len(num_messages) == 1 else _varint(num_messages)
     if count >= _INT32_LIMIT:
         return None  # a negative or wrapped int32: protobuf's reading applies
-    fields = (
+    return (
         producer_id[0] if len(producer_id) == 1 else _varint(producer_id),
         _varint(sequence_id),
         count,
         None if highest is None else _varint(highest),
     )
-    return _as_named(SendFields, fields)
 
 
 def decode_send_by_walk(command: bytes) -> SendFields | None:
@@ -633,7 +619,7 @@ def decode_send_by_walk(command: bytes) -> SendFields | None:
         highest = value
     if at != end or count >= _INT32_LIMIT:
         return None
-    return _as_named(SendFields, (producer_id, sequence_id, count, highest))
+    return (producer_id, sequence_id, count, highest)
 
 
 # The build compiles this module with _payload, or neither.

@@ -22,7 +22,7 @@ from brokerlet.transport.protocol._fast import AckFields, SendFields, decode_ack
 from brokerlet.transport.protocol._payload import (
     COMPILED,
     MAGIC_CRC32C,
-    Payload,
+    PayloadFields,
     split_checksummed,
     varint_field,
 )
@@ -113,14 +113,14 @@ class Frame:
         self._raw = b""
         self.type: int = command.type if type_value is None else type_value
         self._payload = payload
-        self.section: Payload | None = None
+        self.section: PayloadFields | None = None
         self.invalid_text = invalid_text
         self.send: SendFields | None = None
         self.ack: AckFields | None = None
         if self.type == _SEND:
             send = command.send
             highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
-            self.send = SendFields(send.producer_id, send.sequence_id, send.num_messages, highest)
+            self.send = (send.producer_id, send.sequence_id, send.num_messages, highest)
 
     @property
     def payload(self) -> bytes | None:
@@ -163,14 +163,14 @@ class _SendFrame(Frame):
 
     __slots__ = ()
 
-    def __init__(
-        self, raw: bytes, send: SendFields, section: Payload | None, payload: bytes | None
-    ) -> None:
+    def __init__(self, raw: bytes, send: SendFields | None) -> None:
+        """``send``: what `decode_send` made of ``raw``; None, declined (the frame is dropped).
+        The payload (``section`` or ``payload``) is set by the decoder if it is kept."""
         self._command = None
         self._raw = raw
         self.type = _SEND
-        self._payload = payload
-        self.section = section
+        self._payload = None
+        self.section = None
         self.send = send
         self.ack = None
         self.invalid_text = None  # SEND's strings are never read (see _text.SKIPPED_TYPES)
@@ -308,12 +308,15 @@ class FrameDecoder:
             if command_size > 3 and source[offset + 9] == _SEND and source[offset + 8] == 8:
                 # Most likely a SEND (type is field 1, a varint): try the fast decoder.
                 raw = source[offset + 8 : command_end]
-                send = decode_send(raw)
-                if send is not None:
+                # Checked on the frame, not on a local: compiled, a local narrowed to the
+                # tuple type is unpacked and built again (docs/performance.md, 24th pass).
+                frame = _SendFrame(raw, decode_send(raw))
+                if frame.send is not None:
                     # The entry is copied out of the buffer once, not via the section.
-                    section = split_checksummed(source, command_end, frame_end)
-                    payload = None if section else source[command_end:frame_end]
-                    frames.append(_SendFrame(raw, send, section, payload))
+                    section = frame.section = split_checksummed(source, command_end, frame_end)
+                    if section is None:
+                        frame._payload = source[command_end:frame_end]
+                    frames.append(frame)
                     offset = frame_end
                     continue
             serialized = source[offset + 8 : command_end]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Sequence
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, TypeAlias
 
 import crc32c as _crc32c_lib
 from google.protobuf.message import DecodeError
@@ -30,6 +30,7 @@ __all__ = [
     "MAGIC_BROKER_ENTRY_METADATA",
     "MAGIC_CRC32C",
     "Payload",
+    "PayloadFields",
     "build_entry",
     "crc32c",
     "decode_payload",
@@ -56,7 +57,7 @@ _U32_PAIR: Final = struct.Struct(">II")
 _crc32c: Final = _crc32c_lib.crc32c  # bound once: compiled, a C static, not a lookup
 _CRC32C_FIRST: Final = MAGIC_CRC32C >> 8
 _CRC32C_SECOND: Final = MAGIC_CRC32C & 0xFF
-_as_named: Final = tuple.__new__  # a Payload per SEND without its Python-level constructor
+_as_named: Final = tuple.__new__  # a Payload without its Python-level constructor
 
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
@@ -88,6 +89,12 @@ class Payload(NamedTuple):
     checksum_ok: bool
 
 
+PayloadFields: TypeAlias = tuple[bytes, int, bool]
+"""A `Payload`'s fields ``(entry, checksum, checksum_ok)`` as a plain tuple: what
+`split_checksummed` gives for every SEND (a NamedTuple per message costs several times a
+tuple to build and free; docs/performance.md, twenty-fourth pass)."""
+
+
 def decode_payload(data: bytes) -> Payload:
     """Split a payload section into its checksum and entry.
 
@@ -107,7 +114,7 @@ def decode_payload(data: bytes) -> Payload:
     size = len(data)
     section = split_checksummed(data, 0, size)
     if section is not None:
-        return section
+        return _as_named(Payload, section)
     offset = 0
     if size >= 2 and _U16.unpack_from(data, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
         if size < 6:
@@ -138,7 +145,7 @@ def decode_payload(data: bytes) -> Payload:
     return Payload(entry=bytes(entry), checksum=checksum, checksum_ok=True)
 
 
-def split_checksummed(data: bytes, start: int, end: int) -> Payload | None:
+def split_checksummed(data: bytes, start: int, end: int) -> PayloadFields | None:
     """`decode_payload` of ``data[start:end]`` when it is what every producer sends: a
     checksum, then an entry whose metadata size fits. None for any other layout.
 
@@ -149,7 +156,7 @@ def split_checksummed(data: bytes, start: int, end: int) -> Payload | None:
         sent, metadata_size = pair
         if metadata_size <= end - start - 10:
             entry = data[start + 6 : end]
-            return _as_named(Payload, (entry, sent, _crc32c(entry) == sent))
+            return (entry, sent, _crc32c(entry) == sent)
     return None
 
 
