@@ -47,6 +47,7 @@ MODULES = (
     "brokerlet.dispatch.delayed",
     "brokerlet.dispatch.key_shared",
     "brokerlet.keyshared.selectors",
+    "brokerlet.producers.appends",
     "brokerlet.storage.cursor",
 )
 

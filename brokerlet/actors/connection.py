@@ -72,7 +72,7 @@ from brokerlet.actors.stats_reader import consumer_figures
 from brokerlet.actors.supervision import record_failure, tell_quietly
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
-from brokerlet.keyshared import KeySharedMeta, plain_key_hash
+from brokerlet.keyshared import KeySharedMeta
 from brokerlet.metadata import MetadataStore
 from brokerlet.metadata.listeners import Listener, UnknownListener, parse_listeners, pick_listener
 from brokerlet.metadata.naming import InvalidName, TopicName
@@ -83,6 +83,7 @@ from brokerlet.metadata.topics import (
     lookup_refusal,
     topics_hash,
 )
+from brokerlet.producers.appends import plain_appends
 from brokerlet.producers.messages import (
     ProducerAdmitted,
     ProducerFenced,
@@ -92,13 +93,12 @@ from brokerlet.producers.messages import (
 from brokerlet.schema import SchemaError, SchemaRegistry
 from brokerlet.schema import wire as schema_wire
 from brokerlet.security.session import CheckCredentials, ConnectionAuth
-from brokerlet.storage.ledger import PLAIN_UNHASHED, NewEntry
+from brokerlet.storage.ledger import NewEntry
 from brokerlet.topicops.wire import knows_end_of_topic, reached_end_of_topic
 from brokerlet.transport.protocol import (
     PONG_FRAME,
     PROTOCOL_VERSION,
     Frame,
-    PayloadFields,
     ProtocolError,
     command_name,
     consumer_stats_request,
@@ -111,7 +111,6 @@ from brokerlet.transport.protocol import (
     metadata_problem,
     parse_metadata,
     pb,
-    plain_key,
 )
 
 if TYPE_CHECKING:
@@ -708,59 +707,40 @@ class ConnectionActor(GeventActor):
         SEND closes the connection and nothing of the slice is appended: none of it was
         receipted, so the client sends it again after reconnecting.
         """
-        by_producer: dict[int, tuple[_Producer, list[AppendItem]]] = {}
-        producer: _Producer | None = None
-        items: list[AppendItem] = []
-        max_size = self.settings.max_message_size
-        for frame in sends:
-            # Unpacked once: a NamedTuple's fields by name cost a descriptor call each.
-            # frame.send is set: _received collects only SEND frames that have it.
-            producer_id, sequence_id, num_messages, highest = frame.send  # type: ignore[misc]
-            if producer is None or producer_id != producer.producer_id:
-                run = by_producer.get(producer_id)
-                if run is None:
-                    known = self.producers.get(producer_id)
-                    if known is None:
-                        self._disconnect(f"SEND for unknown producer {producer_id}")
-                        return False
-                    run = by_producer[producer_id] = (known, [])
-                producer, items = run
-            if num_messages < 1:
-                self._disconnect(f"malformed SEND: num_messages {num_messages}")
+        by_producer, unusual = plain_appends(sends, self.settings.max_message_size)
+        runs = []
+        for producer_id, items in by_producer.items():
+            producer = self.producers.get(producer_id)
+            if producer is None:
+                self._disconnect(f"SEND for unknown producer {producer_id}")
                 return False
-            try:
-                # The frame decoder split the usual layout already; anything else is here.
-                section = frame.section or decode_payload(frame.payload or b"")
-            except ProtocolError as error:
-                self._disconnect(f"malformed SEND payload: {error.reason}")
-                return False
-            if highest is None:
-                highest = sequence_id
-            data, checksum, checksum_ok = section
-            if checksum_ok and len(data) <= max_size and (key := plain_key(data)) is not None:
-                # Nearly every SEND: the official client's plain layout needs no parse. A
-                # partition key read on the way is hashed once here for Key_Shared, not at
-                # every read of every subscription; either way the entry is marked plain.
-                key_hash = (plain_key_hash(key) or PLAIN_UNHASHED) if key else PLAIN_UNHASHED
-                items.append((sequence_id, highest, (data, checksum, num_messages, key_hash), None))
-            else:
-                items.append(
-                    self._unusual_send(producer, sequence_id, highest, num_messages, section)
-                )
-        for producer, items in by_producer.values():
+            runs.append((producer, items))
+        for items, index, frame in unusual:
+            item = self._unusual_send(frame)
+            if item is None:
+                return False  # disconnected
+            items[index] = item
+        for producer, items in runs:
             self._append(producer, items)
         return True
 
-    def _unusual_send(
-        self,
-        producer: _Producer,
-        sequence_id: int,
-        highest: int,
-        num_messages: int,
-        section: PayloadFields,
-    ) -> AppendItem:
+    def _unusual_send(self, frame: Frame) -> AppendItem | None:
         """The append item of a SEND off the plain path: a checksum mismatch (answered as
-        one), a message over the size limit, or metadata of another layout (parsed)."""
+        one), a message over the size limit, or metadata of another layout (parsed). None
+        when the SEND is malformed: the connection is closed."""
+        # frame.send is set: _received collects only SEND frames that have it.
+        producer_id, sequence_id, num_messages, highest = frame.send  # type: ignore[misc]
+        if num_messages < 1:
+            self._disconnect(f"malformed SEND: num_messages {num_messages}")
+            return None
+        try:
+            # The frame decoder split the usual layout already; anything else is here.
+            section = frame.section or decode_payload(frame.payload or b"")
+        except ProtocolError as error:
+            self._disconnect(f"malformed SEND payload: {error.reason}")
+            return None
+        if highest is None:
+            highest = sequence_id
         data, checksum, checksum_ok = section
         max_size = self.settings.max_message_size
         entry: NewEntry | None = None
@@ -770,7 +750,7 @@ class ConnectionActor(GeventActor):
                 "%s: checksum mismatch on SEND %d of producer %s",
                 self.peer,
                 sequence_id,
-                producer.name,
+                self.producers[producer_id].name,
             )
         elif len(data) > max_size and not _is_chunk(data):
             # The frame limit leaves room for the command; the message itself may not.
@@ -787,7 +767,7 @@ class ConnectionActor(GeventActor):
                 "%s: refused SEND %d of producer %s: %s",
                 self.peer,
                 sequence_id,
-                producer.name,
+                self.producers[producer_id].name,
                 refusal[1],
             )
         return (sequence_id, highest, entry, refusal)
