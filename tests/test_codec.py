@@ -45,6 +45,7 @@ from brokerlet.transport.protocol._payload import (
     plain_key,
     plain_key_by_regex,
     plain_key_by_walk,
+    read_u32,
     varint_field,
 )
 
@@ -1147,3 +1148,12 @@ def test_varint_field_reads_what_protobuf_wrote_first_or_last(
     end = 4 + struct.unpack_from(">I", entry)[0]
     assert varint_field(entry, 2, 4, end, first=True) == sequence_id
     assert varint_field(entry, 19, 4, end) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=4, max_size=40), st.data())
+def test_read_u32_reads_what_struct_reads(data: bytes, draw: st.DataObject) -> None:
+    # The byte reads that replace struct calls on the compiled SEND path (frame header,
+    # checksum and metadata sizes).
+    at = draw.draw(st.integers(0, len(data) - 4))
+    assert read_u32(data, at) == struct.unpack_from(">I", data, at)[0]

@@ -23,6 +23,7 @@ from brokerlet.transport.protocol._payload import (
     COMPILED,
     MAGIC_CRC32C,
     PayloadFields,
+    read_u32,
     split_checksummed,
     varint_field,
 )
@@ -287,10 +288,12 @@ class FrameDecoder:
         unpack_sizes = _FRAME_HEADER.unpack_from
         command_size = 0
         while end - offset >= 4:
-            # Both sizes in one call once the header is in. Typed: compiled, C arithmetic.
-            if end - offset >= 8:
-                sizes: tuple[int, int] = unpack_sizes(source, offset)
-                total_size, command_size = sizes
+            if COMPILED:
+                total_size = read_u32(source, offset)
+                if end - offset >= 8:
+                    command_size = read_u32(source, offset + 4)
+            elif end - offset >= 8:
+                total_size, command_size = unpack_sizes(source, offset)  # both in one call
             else:
                 total_size = unpack_u32(source, offset)[0]
             if total_size > limit:
