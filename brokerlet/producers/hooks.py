@@ -216,6 +216,7 @@ class TopicProducers:
             return _NOTHING, None
         name = producer.name
         run_highest = _ascending_run(items)
+        # items[0][0]: the first SEND's sequence id (an AppendItem is a plain tuple).
         if run_highest is not None and dedup.check_run(name, items[0][0], run_highest):
             return _NOTHING, Screened(name, frozenset(), run_highest)
         receipt = self.receipt

@@ -48,9 +48,10 @@ NewEntry: TypeAlias = tuple[bytes, int, int, int]
   hash taken (no delivery time either); 0, nothing (an unusual layout, or an entry read back
   from a segment): read it when needed.
 
-Not a NamedTuple: one is built for every message, and a tuple subclass costs a quarter of
-the produce path's instructions more to build and free (docs/performance.md, twenty-fourth
-pass). Readers unpack it or take its fields by position (`new_entry_data`, ...).
+Not a NamedTuple: one is built for every message, and a tuple subclass costs about five
+times a tuple to build and free (the four built per SEND were a quarter of the compiled
+produce path; docs/performance.md, twenty-fourth pass). Readers unpack it or take its
+fields by position (`new_entry_data`, ...).
 """
 
 
