@@ -233,11 +233,11 @@ class TopicProducers:
                     last_chunk = is_last_chunk(parse_metadata(data))
             if not last_chunk:
                 partial.add(index)
-            verdict = dedup.check(name, sequence_id, _highest(item), last_chunk=last_chunk)
+            highest = _highest(item)
+            verdict = dedup.check(name, sequence_id, highest, last_chunk=last_chunk)
             if verdict is Verdict.DUPLICATE:
                 decided[index] = receipt(sequence_id, highest_sent, NO_ID, NO_ID)
             elif verdict is Verdict.UNKNOWN:
-                highest = _highest(item)
                 decided[index] = receipt(
                     highest,
                     highest,

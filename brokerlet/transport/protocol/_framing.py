@@ -90,10 +90,12 @@ class Frame:
         type: The command's type (a ``pb.BaseCommand.Type`` value).
         payload: The raw payload section (see ``decode_payload``) for SEND and MESSAGE;
             None for every other command.
-        section: For a SEND the fast decoder took, its payload section already split
-            (what ``decode_payload(payload)`` returns) when it has the usual layout; else
-            None. ``payload`` is then rebuilt only if it is read.
-        send: For a SEND, the fields the broker acts on; None for every other command.
+        section: For a SEND the fast decoder took, its payload section already split, as
+            a plain `PayloadFields` tuple (the fields ``decode_payload(payload)`` returns)
+            when it has the usual layout; else None. ``payload`` is then rebuilt only if
+            it is read.
+        send: For a SEND, the fields the broker acts on (a plain `SendFields` tuple); None
+            for every other command.
         ack: For an ACK of whole entries that the fast decoder took (compiled only), the
             fields the broker acts on; else None, and ``command`` is the ACK.
         invalid_text: The path of a string field that is not valid UTF-8 (for example
