@@ -46,10 +46,13 @@ class CursorAgainstASet(RuleBasedStateMachine):
 
     @rule(
         entry_ids=st.lists(IDS, max_size=40)
+        | st.lists(IDS, max_size=40).map(sorted)
         | st.tuples(IDS, st.integers(1, 40)).map(lambda run: list(range(run[0], sum(run))))
     )
     def ack_many(self, entry_ids: list[int]) -> None:
-        # An ACK's ids in any order, with repeats; an ascending run of them is one range.
+        # An ACK's ids in any order, with repeats; ascending and scattered, as a Key_Shared
+        # consumer's are (each search starts at the previous id's run); an ascending run of
+        # them is one range.
         before = self.mark_delete
         self.acked.update(i for i in entry_ids if i > self.mark_delete)
         self._settle()
@@ -126,3 +129,5 @@ def test_the_typed_search_agrees_with_bisect(values: list[int], x: int) -> None:
     values.sort()
     probes = [x, *values, *(v + 1 for v in values), *(v - 1 for v in values)]
     assert [_bisect_right(values, p) for p in probes] == [bisect_right(values, p) for p in probes]
+    for lo in range(len(values) + 1):  # a search from a known lower bound, as _ack_each's
+        assert _bisect_right(values, x, lo) == bisect_right(values, x, lo)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
 
 __all__ = ["AckedRanges", "Cursor", "CursorState"]
 
@@ -25,9 +25,8 @@ CursorState = tuple[int, AckedRanges]
 """What a cursor is saved and handed over as: ``(mark_delete, acked_ranges())``."""
 
 
-def _bisect_right(values: list[int], x: int) -> int:
+def _bisect_right(values: list[int], x: int, lo: int = 0) -> int:
     """`bisect.bisect_right` typed: compiled, ids compared as C integers, not objects."""
-    lo = 0
     hi = len(values)
     while lo < hi:
         mid = (lo + hi) // 2
@@ -134,37 +133,53 @@ class Cursor:
         """`ack_range` for one id at a time, in one loop: a Key_Shared or out-of-order
         consumer's ACK is scattered ids, each its own run or the end of one."""
         lows, highs = self._lows, self._highs
+        # Compiled, an int read from a list is unboxed, and boxed anew (allocated) each time
+        # it is stored again: the ids and run starts that are stored are kept as the objects
+        # they are (typed Any), and compared as ints.
+        low_objects: list[Any] = lows
+        ids: Iterable[Any] = entry_ids
         moved = False
         added = 0
-        for entry_id in entry_ids:
+        lo = 0  # ascending ids (as the official client sends them) search from the last one's run
+        previous = -1
+        for boxed in ids:
+            entry_id: int = boxed
+            if entry_id < previous:
+                lo = 0
+            previous = entry_id
             mark_delete = self.mark_delete
             if entry_id <= mark_delete:
                 continue
             if entry_id == mark_delete + 1:
                 self.mark_delete = entry_id
                 self._absorb()
+                lo = 0  # the first run may have gone
                 moved = True
                 continue
-            at = _bisect_right(lows, entry_id) if _COMPILED else bisect_right(lows, entry_id)
+            if _COMPILED:
+                at = _bisect_right(lows, entry_id, lo)
+            else:
+                at = bisect_right(lows, entry_id, lo)
+            lo = at
             if at:
-                first = lows[at - 1]
-                end = highs[first]
+                first = low_objects[at - 1]
+                end: int = highs[first]
                 if end >= entry_id:
                     continue  # acknowledged already
                 if end == entry_id - 1:  # the run before grows, and may meet the one after
                     if at < len(lows) and lows[at] == entry_id + 1:
-                        highs[first] = highs.pop(lows.pop(at))
+                        highs[first] = highs.pop(low_objects.pop(at))
                     else:
-                        highs[first] = entry_id
+                        highs[first] = boxed
                     added += 1
                     continue
             if at < len(lows) and lows[at] == entry_id + 1:  # the run after starts one earlier
-                following = lows[at]
-                lows[at] = entry_id
-                highs[entry_id] = highs.pop(following)
+                following = low_objects[at]
+                lows[at] = boxed
+                highs[boxed] = highs.pop(following)
             else:
-                lows.insert(at, entry_id)
-                highs[entry_id] = entry_id
+                lows.insert(at, boxed)
+                highs[boxed] = boxed
             added += 1
         # _absorb subtracts what it takes from the runs; the ids added are counted once here.
         self._count += added
