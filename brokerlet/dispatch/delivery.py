@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from itertools import repeat
-from typing import Protocol
+from typing import Any, Protocol
 
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import Consumer
@@ -116,6 +116,9 @@ class DeliveryBook:
         owner = self.pending_owner
         pending = consumer.pending
         size = 0
+        # Compiled, an id unpacked as an int would be boxed anew (allocated) for each dict;
+        # typed Any, it stays the object the entry holds.
+        entry_id: Any
         # An Entry's fields unpacked at once: an attribute read is a descriptor call.
         for _, entry_id, data, _, num_messages, _ in batch:
             owner[entry_id] = consumer

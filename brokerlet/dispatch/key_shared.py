@@ -27,7 +27,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from itertools import compress
+from itertools import compress, repeat
 from typing import Any
 
 from brokerlet.actors.errors import BrokerError
@@ -251,10 +251,10 @@ class KeySharedRules:
     def acked(self, entry_ids: list[int], owners: Mapping[int, Consumer]) -> None:
         """:meth:`released` for each acknowledged entry pending at its owner in ``owners``;
         with no hash draining (nearly always), only the pending hashes are dropped."""
-        forget = self.pending_hashes.pop
         if not len(self.draining):
-            for entry_id in entry_ids:
-                forget(entry_id, None)
+            # In C: compiled, a loop over the ids as ints would box each one anew.
+            for _ in map(self.pending_hashes.pop, entry_ids, repeat(None)):
+                pass
             return
         owner_of = owners.get
         for entry_id in entry_ids:
@@ -357,7 +357,11 @@ class KeySharedRules:
         # (should_block only drops them), so an empty one stays empty through the loop.
         waiting = ordered and not from_replay and bool(replay)
         draining = self.draining if ordered and len(self.draining) else None
-        for entry, h, consumer in zip(entries, hashes, owners, strict=True):
+        # Compiled, an int-typed hash or id is boxed anew (allocated) each time it goes into a
+        # set or dict: typed Any, each stays the object the list or the entry already holds.
+        hash_objects: list[Any] = hashes
+        entry_id: Any
+        for entry, h, consumer in zip(entries, hash_objects, owners, strict=True):
             if h in blocked:
                 held.append((entry, h))
                 continue
@@ -376,8 +380,9 @@ class KeySharedRules:
                 batches[consumer] = [entry]
             else:
                 batch.append(entry)
-            budgets[consumer] = budget - entry.num_messages
-            pending[entry.entry_id] = h
+            _, entry_id, _, _, num_messages, _ = entry
+            budgets[consumer] = budget - num_messages
+            pending[entry_id] = h
         return batches, held
 
     # Observability.
