@@ -45,6 +45,12 @@ def plain_appends(
     unusual: list[tuple[list[AppendItem], int, Frame]] = []
     last_producer = -1
     items: list[AppendItem] = []
+    # The frame's tuples are of any length (see Frame): the fields stored in the item stay
+    # the objects they are, and these are read as the types declared.
+    producer_id: int
+    num_messages: int
+    data: bytes
+    checksum_ok: bool
     for frame in sends:
         send = frame.send
         if send is None:

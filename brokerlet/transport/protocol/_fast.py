@@ -308,8 +308,14 @@ def encode_messages(
     ledger_id = -1
     ledger = b""
     id_size = 0  # of the first-delivery layout in hand (0: none yet)
+    # Compiled, a fixed-length tuple type is unboxed into a C struct (each int converted, and
+    # boxed again where an object is needed); a tuple of any length is read item by item.
+    rows: Iterable[tuple[Any, ...]] = entries
+    entry_ledger: int
+    entry_id: int
+    data: bytes
     for (entry_ledger, entry_id, data, checksum, _, _), redelivery_count in zip(
-        entries, redelivery_counts, strict=True
+        rows, redelivery_counts, strict=True
     ):
         if entry_ledger != ledger_id:
             ledger_id = entry_ledger

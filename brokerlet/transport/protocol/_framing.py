@@ -12,7 +12,7 @@ bytes arrived and gets back complete frames.
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import Any, Final
 
 from google.protobuf.message import DecodeError, Message
 
@@ -22,7 +22,6 @@ from brokerlet.transport.protocol._fast import AckFields, SendFields, decode_ack
 from brokerlet.transport.protocol._payload import (
     COMPILED,
     MAGIC_CRC32C,
-    PayloadFields,
     read_u32,
     split_checksummed,
     varint_field,
@@ -116,9 +115,13 @@ class Frame:
         self._raw = b""
         self.type: int = command.type if type_value is None else type_value
         self._payload = payload
-        self.section: PayloadFields | None = None
+        # Tuples of any length, not `PayloadFields` and `SendFields`: compiled, a reader then
+        # takes their items as the objects they are, where a fixed-length tuple type would be
+        # unboxed into a C struct and its ints boxed again where they are stored (the SEND's
+        # append item, producers/appends.py).
+        self.section: tuple[Any, ...] | None = None
         self.invalid_text = invalid_text
-        self.send: SendFields | None = None
+        self.send: tuple[Any, ...] | None = None
         self.ack: AckFields | None = None
         if self.type == _SEND:
             send = command.send
