@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from brokerlet.storage.cursor import Cursor, _bisect_right
+from brokerlet.storage.cursor import Cursor, _bisect_right, _consecutive
 
 IDS = st.integers(0, 120)
 
@@ -131,3 +131,14 @@ def test_the_typed_search_agrees_with_bisect(values: list[int], x: int) -> None:
     assert [_bisect_right(values, p) for p in probes] == [bisect_right(values, p) for p in probes]
     for lo in range(len(values) + 1):  # a search from a known lower bound, as _ack_each's
         assert _bisect_right(values, x, lo) == bisect_right(values, x, lo)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ids=st.lists(st.integers(0, 12), min_size=1, max_size=8)
+    | st.integers(0, 2**64).flatmap(lambda first: st.just(list(range(first, first + 5))))
+)
+def test_a_run_of_ids_is_told_from_any_other_list(ids: list[int]) -> None:
+    # ack_many takes a run as one range; compiled, the run is checked by a typed loop.
+    first = ids[0]
+    assert _consecutive(ids, first) == (ids == list(range(first, first + len(ids))))

@@ -40,6 +40,19 @@ def _bisect_right(values: list[int], x: int, lo: int = 0) -> int:
 _COMPILED: Final = type(_bisect_right).__name__ != "function"  # else bisect's C search wins
 
 
+def _consecutive(ids: list[int], first: int) -> bool:
+    """Whether ``ids`` are ``first, first + 1, ...``. Compiled, a typed loop; from source, one
+    comparison of lists in C (it makes an int per id, which compiled code need not)."""
+    if not _COMPILED:
+        return ids == list(range(first, first + len(ids)))
+    expected = first
+    for entry_id in ids:
+        if entry_id != expected:
+            return False
+        expected += 1
+    return True
+
+
 class Cursor:
     """Mark-delete position plus individually acknowledged entry ids above it.
 
@@ -125,7 +138,7 @@ class Cursor:
         if not entry_ids:
             return False
         first, last = entry_ids[0], entry_ids[-1]
-        if last - first + 1 == len(entry_ids) and entry_ids == list(range(first, last + 1)):
+        if last - first + 1 == len(entry_ids) and _consecutive(entry_ids, first):
             return self.ack_range(first, last)
         return self._ack_each(entry_ids)
 
