@@ -37,10 +37,11 @@ import bisect
 import gc
 import heapq
 import json
+import os
 import sys
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gevent
@@ -70,11 +71,12 @@ TICKER_NAME = "stall-ticker"
 class Meter:
     """The gaps between ticks on the broker's hub, and the process's garbage collections.
 
-    For each gap it also records the CPU time the hub's thread used during it, and the time
-    garbage collections took during it (on any thread: a collection holds the GIL), so a
-    long gap can be told apart: the hub busy with work of its own, a collection, or the
-    hub's thread not running at all (another thread holding the GIL, or the OS running
-    something else on a loaded machine).
+    For each gap it also records the CPU time the hub's thread used during it, the time
+    garbage collections took during it (on any thread: a collection holds the GIL), and the
+    time the hub's thread waited in the kernel's run queue for a CPU (Linux's per-thread
+    ``schedstat``), so a long gap can be told apart: the hub busy with work of its own, a
+    collection, the OS running something else on a loaded machine, or the rest (another
+    thread holding the GIL).
 
     The ticker appends on the broker's thread; :meth:`reset` and :meth:`report` run on the
     main thread and only swap or read whole arrays, which the GIL keeps consistent.
@@ -84,6 +86,7 @@ class Meter:
         self.gaps = array("d")
         self.gap_cpu = array("d")
         self.gap_gc = array("d")
+        self.gap_queued = array("d")
         self.gc_pauses: list[tuple[float, int]] = []
         self.running = True
         self._gc_began = 0.0
@@ -129,16 +132,18 @@ class Meter:
         """Sleep 1 ms at a time on the current hub, recording each gap between wake-ups."""
         clock = time.perf_counter
         thread_clock = time.thread_time
-        last, last_cpu = clock(), thread_clock()
+        queued_clock = run_queue_clock()
+        last, last_cpu, last_queued = clock(), thread_clock(), queued_clock()
         while self.running:
             gevent.sleep(TICK_S)
-            now, cpu = clock(), thread_clock()
+            now, cpu, queued = clock(), thread_clock(), queued_clock()
             collecting, self._gc_since_tick = self._gc_since_tick, 0.0
             self.gaps.append(now - last)
             self.gap_cpu.append(cpu - last_cpu)
             self.gap_gc.append(collecting)
+            self.gap_queued.append(queued - last_queued)
             self._keep_if_busiest((cpu - last_cpu) * 1000, (now - last) * 1000)
-            last, last_cpu = now, cpu
+            last, last_cpu, last_queued = now, cpu, queued
 
     def _keep_if_busiest(self, cpu_ms: float, gap_ms: float) -> None:
         runs, self._runs_in_gap = self._runs_in_gap, []
@@ -158,6 +163,7 @@ class Meter:
 
     def reset(self) -> None:
         self.gaps, self.gap_cpu, self.gap_gc = array("d"), array("d"), array("d")
+        self.gap_queued = array("d")
         self.gc_pauses = []
         self.longest_runs = {}
         self.longest_runs_without_gc = {}
@@ -173,25 +179,31 @@ class Meter:
         gives the largest stall once the collections inside each gap are taken out.
         """
         gaps, cpus, collections = list(self.gaps), list(self.gap_cpu), list(self.gap_gc)
-        count = min(len(gaps), len(cpus), len(collections))
+        queued = list(self.gap_queued)
+        count = min(len(gaps), len(cpus), len(collections), len(queued))
         if not count:
             return {"ticks": 0}
         tick_ms = TICK_S * 1000
         worst = max(range(count), key=gaps.__getitem__)
         ordered = sorted(gaps[:count])
-        p999 = ordered[min(count - 1, int(0.999 * count))]
+        p999 = _p999(ordered)
         # What the hub itself did in a gap: the work queued ahead of the timer. The rest of a
         # gap is time the thread was not running (the OS ran other processes, or another
         # thread held the GIL), which a saturated 2-core machine adds to every figure.
         busy = sorted(cpus[:count])
-        busy_p999 = busy[min(count - 1, int(0.999 * count))]
+        busy_p999 = _p999(busy)
+        # The stall the broker answers for: each gap less the time its thread waited for a
+        # CPU, which on a saturated machine is the scheduler's share among the processes.
+        off_queue = sorted(
+            gap - wait for gap, wait in zip(gaps[:count], queued[:count], strict=True)
+        )
         without_gc = max(
             gap - collecting for gap, collecting in zip(gaps, collections, strict=False)
         )
         pause, generation = max(self.gc_pauses, default=(0.0, -1))
         run_cpu = sorted(self.run_cpu)
         long_runs = len(run_cpu) - bisect.bisect_right(run_cpu, RUN_LIMIT_MS / 1000)
-        run_p999 = run_cpu[min(len(run_cpu) - 1, int(0.999 * len(run_cpu)))] if run_cpu else 0.0
+        run_p999 = _p999(run_cpu) if run_cpu else 0.0
         runs = sorted(self.longest_runs.items(), key=lambda item: item[1][1], reverse=True)
         clean = max(
             self.longest_runs_without_gc.items(), key=lambda item: item[1][1], default=("", (0, 0))
@@ -204,6 +216,9 @@ class Meter:
             "max_stall_gc_ms": collections[worst] * 1000,
             "max_stall_without_gc_ms": without_gc * 1000 - tick_ms,
             "p999_stall_ms": p999 * 1000 - tick_ms,
+            "max_stall_run_queue_ms": queued[worst] * 1000,
+            "p999_gap_run_queue_ms": _p999(sorted(queued[:count])) * 1000,
+            "p999_stall_off_run_queue_ms": _p999(off_queue) * 1000 - tick_ms,
             "max_gap_hub_cpu_ms": busy[-1] * 1000,
             "p999_gap_hub_cpu_ms": busy_p999 * 1000,
             "stalls_over_limit": sum(1 for gap in ordered if gap * 1000 - tick_ms > STALL_LIMIT_MS),
@@ -238,6 +253,30 @@ class Meter:
             took = time.perf_counter() - self._gc_began
             self._gc_since_tick += took
             self.gc_pauses.append((took, int(info.get("generation", -1))))
+
+
+def _p999(ordered: Sequence[float]) -> float:
+    return ordered[min(len(ordered) - 1, int(0.999 * len(ordered)))]
+
+
+def run_queue_clock() -> Callable[[], float]:
+    """A clock of the seconds the calling thread has waited in the kernel's run queue (the
+    second field of Linux's ``/proc/thread-self/schedstat``); one that stays at 0 where that
+    file cannot be read."""
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    except OSError:
+        return lambda: 0.0
+
+    def waited() -> float:
+        return int(os.pread(fd, 128, 0).split()[1]) / 1e9
+
+    try:
+        waited()
+    except (OSError, IndexError, ValueError):
+        os.close(fd)
+        return lambda: 0.0
+    return waited
 
 
 def greenlet_kind(glet: Any) -> str:
