@@ -46,6 +46,7 @@ MODULES = (
     "brokerlet.dispatch.delivery",
     "brokerlet.dispatch.delayed",
     "brokerlet.dispatch.key_shared",
+    "brokerlet.keyshared.hashing",
     "brokerlet.keyshared.selectors",
     "brokerlet.producers.appends",
     "brokerlet.storage.cursor",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from brokerlet.transport.protocol.pulsar_pb2 import MessageMetadata
@@ -44,8 +44,8 @@ STICKY_KEY_HASH_NOT_SET = 0
 NONE_KEY = b"NONE_KEY"
 """Sticky key of a message with no ordering key, partition key or producer identity."""
 
-_MASK_31 = 0x7FFFFFFF
-_MASK_32 = 0xFFFFFFFF
+_MASK_31: Final = 0x7FFFFFFF
+_MASK_32: Final = 0xFFFFFFFF
 
 
 def _murmur3_32_pure(data: bytes, seed: int = 0) -> int:
@@ -73,70 +73,63 @@ def _mix_block(k: int) -> int:
     return (k * 0x1B873593) & _MASK_32
 
 
+def _murmur3_pure(key: bytes | str, seed: int = 0, signed: Any = True) -> int:
+    """`mmh3.hash` in pure Python: the fallback when `mmh3` is not installed."""
+    data = key.encode() if isinstance(key, str) else key
+    h = _murmur3_32_pure(data, seed)
+    return h - (1 << 32) if signed and h >> 31 else h
+
+
 try:
-    from mmh3 import hash as _mmh3_hash
+    from mmh3 import hash as _murmur3
 except ImportError:  # pragma: no cover - only where mmh3 is missing
-    _HAVE_MMH3 = False
-else:
-    _HAVE_MMH3 = True
+    _murmur3 = _murmur3_pure
+
+# One definition each, whichever _murmur3 is: mypyc compiles no function defined twice.
+# A signed hash has the same low 31 bits as the unsigned one, and a call without the
+# optional arguments is the cheaper one.
 
 
-if _HAVE_MMH3:
+def murmur3_32(data: bytes, seed: int = 0) -> int:
+    """Murmur3 x86_32 of `data`, as an unsigned 32-bit integer.
 
-    def murmur3_32(data: bytes, seed: int = 0) -> int:
-        """Murmur3 x86_32 of `data`, as an unsigned 32-bit integer.
+    Args:
+        data: the bytes to hash.
+        seed: the Murmur3 seed; Pulsar uses 0.
 
-        Args:
-            data: the bytes to hash.
-            seed: the Murmur3 seed; Pulsar uses 0.
+    Returns:
+        The hash in ``[0, 2**32)``.
+    """
+    return _murmur3(data, seed, False)
 
-        Returns:
-            The hash in ``[0, 2**32)``.
-        """
-        return _mmh3_hash(data, seed, False)
 
-    def sticky_key_hash(key: bytes) -> int:
-        """Pulsar's 31-bit sticky-key hash: ``murmur3_32(key) & 0x7fffffff``.
+def sticky_key_hash(key: bytes) -> int:
+    """Pulsar's 31-bit sticky-key hash: ``murmur3_32(key) & 0x7fffffff``.
 
-        Args:
-            key: the sticky key, as returned by `sticky_key`.
+    Args:
+        key: the sticky key, as returned by `sticky_key`.
 
-        Returns:
-            The hash in ``[0, 2**31)``, before a selector reduces it to a slot.
-        """
-        return _mmh3_hash(key, 0, False) & _MASK_31
+    Returns:
+        The hash in ``[0, 2**31)``, before a selector reduces it to a slot.
+    """
+    return _murmur3(key) & _MASK_31
 
-    def plain_key_hash(key: bytes) -> int:
-        """The hash a SEND's check keeps with an entry whose partition key it read on the way
-        (``brokerlet.transport.protocol.plain_key``), as dispatch would work it out.
 
-        Args:
-            key: the partition key; ``b""`` for none.
+def plain_key_hash(key: bytes) -> int:
+    """The hash a SEND's check keeps with an entry whose partition key it read on the way
+    (``brokerlet.transport.protocol.plain_key``), as dispatch would work it out.
 
-        Returns:
-            ``sticky_key_hash(key) or 1`` (0 means "no hash"); 0 for ``b""`` (an empty key
-            or none, which route differently) and for a key that is not ASCII, which
-            dispatch reads as protobuf does.
-        """
-        if key and key.isascii():
-            return _mmh3_hash(key, 0, False) & _MASK_31 or 1  # one call: once per keyed SEND
-        return 0
+    Args:
+        key: the partition key; ``b""`` for none.
 
-else:  # pragma: no cover - only where mmh3 is missing
-
-    def murmur3_32(data: bytes, seed: int = 0) -> int:
-        """Murmur3 x86_32 of `data`, as an unsigned 32-bit integer (pure Python)."""
-        return _murmur3_32_pure(data, seed)
-
-    def sticky_key_hash(key: bytes) -> int:
-        """Pulsar's 31-bit sticky-key hash: ``murmur3_32(key) & 0x7fffffff``."""
-        return _murmur3_32_pure(key) & _MASK_31
-
-    def plain_key_hash(key: bytes) -> int:
-        """The hash a SEND keeps with a keyed entry (pure Python): as above."""
-        if key and key.isascii():
-            return _murmur3_32_pure(key) & _MASK_31 or 1
-        return 0
+    Returns:
+        ``sticky_key_hash(key) or 1`` (0 means "no hash"); 0 for ``b""`` (an empty key
+        or none, which route differently) and for a key that is not ASCII, which
+        dispatch reads as protobuf does.
+    """
+    if key and key.isascii():
+        return _murmur3(key) & _MASK_31 or 1  # one call: once per keyed SEND
+    return 0
 
 
 def sticky_key(metadata: MessageMetadata) -> bytes:
