@@ -73,22 +73,35 @@ def channel_of(handle: ConnectionHandle) -> FakeChannel:
     return channel
 
 
-def test_an_unwritable_consumer_gets_nothing_and_only_the_writable_event_resumes(
-    harness: Harness, loop: Any
+@pytest.mark.parametrize("held_by", ["unwritable", "parked send"])
+def test_a_held_back_consumer_gets_nothing_and_only_its_notice_resumes_it(
+    harness: Harness, loop: Any, held_by: str
 ) -> None:
-    handle = watched_connection(harness, loop, "slow")
-    channel_of(handle).writable = False
-    consumer = harness.consumer("slow", 100, handle)
+    # Unwritable: over the high watermark, resumed by the writable event. A parked send: the
+    # kernel's buffer is full while the channel stays under its high watermark (writable, not
+    # accepting); with no write of its own in flight only the send's return can wake it.
+    handle = watched_connection(harness, loop, "held")
+    channel = channel_of(handle)
+    if held_by == "unwritable":
+        channel.writable = False
+    else:
+        channel.send_blocked = True
+    consumer = harness.consumer("held", 100, handle)
     harness.append(32)
     harness.settle()
     assert harness.sent_to(consumer) == []
     assert harness.proxy.pending_read.get() is None, "the read loop must stop, not wait"
     reads = harness.proxy.reads_issued.get()
     harness.settle()
-    assert harness.proxy.reads_issued.get() == reads, "no polling while unwritable"
+    assert harness.proxy.reads_issued.get() == reads, "no polling while held back"
 
-    channel_of(handle).writable = True
-    handle.channel_writability_changed(True)  # no FLOW, publish or ack: only this
+    # No FLOW, publish or ack: only the notice.
+    if held_by == "unwritable":
+        channel.writable = True
+        handle.channel_writability_changed(True)
+    else:
+        channel.send_blocked = False
+        handle.channel_send_unblocked()
     loop.ask(Noop())
     harness.settle()
     assert harness.sent_to(consumer) == list(range(32))
@@ -443,6 +456,66 @@ def run_paused_consumer(
     received = consumer.receive(1, MESSAGES, timeout=20)
     assert [m.sequence_id for m in received] == list(range(MESSAGES))
     assert all(m.payload == payload for m in received)
+
+
+def test_a_subscription_turned_away_by_another_ones_parked_send_gets_its_messages() -> None:
+    """Two subscriptions on one connection, as the official client puts a partitioned
+    topic's consumers. The first one's messages fill the kernel's buffers and park the
+    channel's writer in its send, under the high watermark (no writability flip). The second
+    then gets permits for stored messages, finds its consumer not accepting writes and
+    stops, with no write of its own in flight. Once the client reads again, the send's
+    return is the one thing that can wake it: no FLOW, publish or ack follows. Found as a
+    stalled 4-partition run in `make bench`'s partitions section."""
+    first, second = "persistent://public/default/parked-1", "persistent://public/default/parked-2"
+    count, payload = 32, b"p" * SIZE  # 256 KiB for the first: more than the kernel holds
+    with (
+        Broker(port=0, so_sndbuf=16384, high_watermark=1 << 22, low_watermark=1 << 21) as broker,
+        RawClient(broker.address, timeout=10) as producer,
+        RawClient(broker.address, timeout=10, rcvbuf=16384) as consumer,
+    ):
+        producer.handshake()
+        consumer.handshake()
+        for producer_id, topic in enumerate((first, second), start=1):
+            producer.create_producer(topic, producer_id)
+            consumer.subscribe(topic, "s", producer_id, sub_type=pb.CommandSubscribe.Shared)
+        for producer_id in (1, 2):
+            for sequence_id in range(count):
+                producer.send_raw(producer.send_frame(producer_id, sequence_id, payload))
+        for _ in range(2 * count):
+            producer.expect(pb.BaseCommand.SEND_RECEIPT)
+
+        consumer.flow(1, count)  # then not read until both are checked
+        wait_until(
+            lambda: consumer_stats(broker, first, "s"),
+            predicate=lambda stats: stats["sendBlocked"] and stats["writable"],
+            message="the first consumer's writes to park the writer, under the high watermark",
+            interval=0.005,
+        )
+
+        def read_passes() -> int:
+            stats = broker.topic_stats(second)
+            assert stats is not None
+            passes: int = stats["subscriptions"]["s"]["readPasses"]
+            return passes
+
+        before = read_passes()
+        consumer.flow(2, count)
+        wait_until(
+            read_passes,
+            predicate=lambda passes: passes > before,
+            message="the second subscription's read pass after its FLOW",
+            interval=0.005,
+        )
+        turned_away = settled_consumer_stats(broker, second, "s")
+        assert turned_away["msgOutCounter"] == 0
+        assert turned_away["availablePermits"] == count
+        assert turned_away["sendBlocked"], "the writer must still be parked: nothing was tested"
+
+        received: dict[int, int] = {1: 0, 2: 0}
+        while sum(received.values()) < 2 * count:
+            frame = consumer.expect_frame(pb.BaseCommand.MESSAGE, timeout=10)
+            received[frame.command.message.consumer_id] += 1
+        assert received == {1: count, 2: count}
 
 
 def test_failed_reads_back_off_exponentially_then_the_read_size_grows_back() -> None:

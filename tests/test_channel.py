@@ -883,7 +883,13 @@ def test_a_full_kernel_buffer_is_reported_once_until_a_send_takes_everything(
         reports.append(channel.pending_bytes)
         blocked.set()
 
-    channel = channels(server, on_send_blocked=on_blocked)
+    unblocked: list[bool] = []  # send_blocked as each return of the parked send is told
+
+    channel = channels(
+        server,
+        on_send_blocked=on_blocked,
+        on_send_unblocked=lambda: unblocked.append(channel.send_blocked),
+    )
     outcomes = Outcomes()
     for index in range(15):  # 60 KiB, under the high watermark; the kernel holds ~45 KB
         channel.write(b"y" * 4096, outcomes.callback(index))
@@ -892,12 +898,15 @@ def test_a_full_kernel_buffer_is_reported_once_until_a_send_takes_everything(
     assert channel.writable
     channel.write(b"z" * 4096, outcomes.callback(15))  # queued behind the full buffer
     assert len(reports) == 1
+    assert unblocked == []
 
     reader = gevent.spawn(_read_exactly, peer, 16 * 4096)
     outcomes.wait_for(16)
     assert reader.get(timeout=WAIT) == b"y" * 4096 * 15 + b"z" * 4096
     assert not channel.send_blocked
     assert len(reports) == 1
+    # Whoever held back for the parked send hears that it returned: once, per report.
+    assert unblocked == [False]
 
 
 # -- socket options -------------------------------------------------------------------

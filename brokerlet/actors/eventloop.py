@@ -9,11 +9,12 @@ write and one completion per pass and connection, not per batch.
 * The batch carries what its written bytes wake (the dispatcher's conflated read request):
   the channel's writer greenlet requests it once the batch is in the kernel. One hop, straight
   to the dispatcher's inbox; a request only flips a flag and tells, so it is safe there.
-* A connection turning writable comes back here as a message, so it runs as a later task of
-  this loop, never on the stack of the write that caused it, and wakes the dispatchers of its
-  consumers. Notifications for one connection coalesce (a ``ConflatedTell`` on the connection
-  handle): while one is queued, further flips add nothing, and writability is checked again per
-  consumer when the task runs.
+* A connection turning writable, or its writer's parked send returning (see
+  `ConnectionHandle.channel_send_unblocked`), comes back here as a message, so it runs as a
+  later task of this loop, never on the stack of the write that caused it, and wakes the
+  dispatchers of its consumers. Notifications for one connection coalesce (a
+  ``ConflatedTell`` on the connection handle): while one is queued, further flips add
+  nothing, and writability is checked again per consumer when the task runs.
 * Frames the connection actor must order after the MESSAGE frames already queued here (a
   broker-initiated CLOSE_CONSUMER) come as a message too: this inbox is the order.
 """

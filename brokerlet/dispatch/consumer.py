@@ -81,6 +81,15 @@ class ConnectionHandle:
             if consumer.read_gate is not None:
                 consumer.read_gate.request()
 
+    def channel_send_unblocked(self) -> None:
+        """The channel's callback when that parked send returns. A dispatcher that found
+        its consumer here not accepting (`Consumer.accepting`) stopped; with no write of its
+        own in flight, no completion will wake it, and the channel, under its high watermark
+        throughout, makes no writable event. It is woken as by one: the event loop's
+        writability task requests a read for every writable consumer of the connection."""
+        if self.writable_notice is not None:
+            self.writable_notice.request()
+
 
 @dataclass(eq=False)
 class Consumer:

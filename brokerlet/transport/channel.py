@@ -171,6 +171,9 @@ class Channel:
     * ``on_send_blocked()`` runs as a loop callback once the writer has parked in a send
       (the kernel's buffer is full, and what is written now waits for the peer to read), on
       plain and TLS sockets alike; :attr:`send_blocked` is True while it stays parked;
+    * ``on_send_unblocked()`` runs in the writer greenlet once that send returns (after
+      :attr:`send_blocked` turned False, before its write callbacks): whoever held back for
+      the parked send may write again. It pairs with ``on_send_blocked``, one for one;
     * when the channel closes, every pending write's callback gets a :class:`ChannelClosed`,
       then ``on_closed`` runs once, where it was closed (the owner's greenlet for
       :meth:`close`; the flush callback or the writer for a socket error).
@@ -193,6 +196,7 @@ class Channel:
             below this.
         on_writability_changed: called with the new value on each flip.
         on_send_blocked: called when the writer parks in a send (see above).
+        on_send_unblocked: called when a send reported by ``on_send_blocked`` returns.
         on_closed: called once when the channel closes, with the socket error that
             closed it, or with what was passed to :meth:`close`.
         name: a label for logs and the writer greenlet.
@@ -212,6 +216,7 @@ class Channel:
         on_closed: Callable[[BaseException | None], None] | None = None,
         name: str = "",
         on_send_blocked: Callable[[], None] | None = None,
+        on_send_unblocked: Callable[[], None] | None = None,
     ) -> None:
         if not 0 < low_watermark <= high_watermark:
             raise ValueError(
@@ -229,6 +234,7 @@ class Channel:
         self._low = low_watermark
         self._on_writability_changed = on_writability_changed
         self._on_send_blocked = on_send_blocked
+        self._on_send_unblocked = on_send_unblocked
         self._loop = gevent.get_hub().loop
         self._on_closed = on_closed
         self._queue: deque[_PendingWrite] = deque()
@@ -242,6 +248,7 @@ class Channel:
         self._writer_active = not self._vectored
         self._flush_pending = False
         self._park_check_pending = False
+        self._blocked_reported = False  # on_send_blocked ran for the send in progress
         self._closed = False
         self._close_cause: BaseException | None = None
         self._pending_bytes = 0
@@ -430,6 +437,7 @@ class Channel:
         is the send parking if the kernel's buffer is full, or a later idle wait if not."""
         self._park_check_pending = False
         if self._in_send and not self._closed and self._on_send_blocked is not None:
+            self._blocked_reported = True
             try:
                 self._on_send_blocked()
             except Exception:
@@ -445,6 +453,16 @@ class Channel:
             return self._send_now(buffers)
         finally:
             self._in_send = False
+            if self._blocked_reported:
+                self._blocked_reported = False
+                self._send_unblocked()
+
+    def _send_unblocked(self) -> None:
+        if self._on_send_unblocked is not None and not self._closed:
+            try:
+                self._on_send_unblocked()
+            except Exception:
+                logger.exception("%r: on_send_unblocked raised", self)
 
     def _send_now(self, buffers: list[_Buffer]) -> int | None:
         if not self._vectored:

@@ -202,6 +202,7 @@ class Server:
             on_closed=lambda exc: _shutdown(sock),
             name=peer,
             on_send_blocked=handle.channel_send_blocked,
+            on_send_unblocked=handle.channel_send_unblocked,
         )
         actor = ConnectionActor.start(
             handle=handle,
