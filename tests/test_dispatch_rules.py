@@ -179,6 +179,46 @@ def test_failover_picks_the_lowest_priority_then_the_lowest_name_and_moves_pendi
     assert strategy.active.name == "first"
 
 
+@pytest.mark.parametrize(
+    ("partition", "names", "active"),
+    [
+        (0, ["b", "a"], "a"),
+        (1, ["b", "a"], "b"),
+        (5, ["c", "a", "b"], "c"),  # 5 % 3
+        (-1, ["b", "a"], "a"),  # not a partition: the first in order
+    ],
+)
+def test_failover_spreads_the_partitions_of_a_partitioned_topic(
+    partition: int, names: list[str], active: str
+) -> None:
+    # AbstractDispatcherSingleActiveConsumer.pickAndScheduleActiveConsumer: consumers sorted
+    # by priority level and name, a partition's active one at its index modulo their count.
+    book = make_book()
+    strategy = SingleActiveStrategy(book, FAILOVER, partition)
+    for name in names:
+        join(book, name, FAILOVER)
+    strategy.membership_changed()
+    assert strategy.active is not None
+    assert strategy.active.name == active
+
+
+def test_failover_spreads_partitions_over_the_highest_priority_level_only() -> None:
+    # Consumers of a lower level (a higher number) stand by until the higher level empties.
+    book = make_book()
+    strategy = SingleActiveStrategy(book, FAILOVER, 3)
+    join(book, "low", FAILOVER, priority=1)
+    first, second = join(book, "x", FAILOVER), join(book, "y", FAILOVER)
+    strategy.membership_changed()
+    assert strategy.active is second  # 3 % 2 among x and y
+    book.consumers.remove(second)
+    assert strategy.membership_changed() is None  # y left: nothing of its to move
+    assert strategy.active is first
+    book.consumers.remove(first)
+    strategy.membership_changed()
+    assert strategy.active is not None
+    assert strategy.active.name == "low"
+
+
 def test_exclusive_refuses_a_second_consumer() -> None:
     book = make_book()
     strategy = SingleActiveStrategy(book, EXCLUSIVE)

@@ -1,9 +1,12 @@
 """Exclusive and Failover: one active consumer gets every entry.
 
-Exclusive refuses a second consumer with ConsumerBusy. Failover makes the consumer with the
-lowest priority level, then the lowest name, active (on a non-partitioned topic Pulsar hashes
-consumers onto a ring instead; a sorted pick is deterministic, see docs/architecture.md); when
-a new consumer takes over, the old active consumer's unacked entries move to it.
+Exclusive refuses a second consumer with ConsumerBusy. Failover ranks the consumers by
+priority level, then name, as Pulsar's ``AbstractDispatcherSingleActiveConsumer`` does. A
+partition of a partitioned topic makes the consumer at its index (modulo how many share the
+highest level) active, so the partitions spread over the consumers; any other topic makes the
+first active (Pulsar hashes consumers onto a ring there instead; a sorted pick is
+deterministic, see docs/architecture.md). When a new consumer takes over, the old active
+consumer's unacked entries move to it.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ __all__ = ["SingleActiveStrategy"]
 
 
 class SingleActiveStrategy(InOrderChunks):
-    def __init__(self, book: DeliveryBook, sub_type: int) -> None:
+    def __init__(self, book: DeliveryBook, sub_type: int, partition: int = -1) -> None:
+        """``partition``: the topic's index in its partitioned topic, or -1 for none."""
         super().__init__(book, sub_type)
+        self.partition = partition
         self.active: Consumer | None = None
         self._announced: Consumer | None = None  # the active consumer everyone was told of
 
@@ -34,10 +39,19 @@ class SingleActiveStrategy(InOrderChunks):
     def membership_changed(self) -> Consumer | None:
         previous = self.active
         consumers = self.book.consumers
-        self.active = min(consumers, key=lambda c: (c.priority, c.name), default=None)
+        self.active = self._pick(consumers)
         if previous is not None and previous is not self.active and previous in consumers:
             return previous  # its unacked entries move to the new active consumer
         return None
+
+    def _pick(self, consumers: Sequence[Consumer]) -> Consumer | None:
+        if not consumers:
+            return None
+        ranked = sorted(consumers, key=lambda c: (c.priority, c.name))
+        if self.partition < 0:
+            return ranked[0]
+        highest = ranked[0].priority
+        return ranked[self.partition % sum(1 for c in ranked if c.priority == highest)]
 
     def active_notices(self, added: Consumer | None) -> list[tuple[Consumer, bool]]:
         # As Pulsar's AbstractDispatcherSingleActiveConsumer: a new pick is told to every

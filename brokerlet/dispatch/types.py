@@ -10,6 +10,7 @@ from brokerlet.dispatch.shared import SharedStrategy
 from brokerlet.dispatch.single_active import SingleActiveStrategy
 from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, KEY_SHARED, Strategy, WakeAfter
 from brokerlet.keyshared import KeySharedMeta
+from brokerlet.metadata.naming import InvalidName, TopicName
 
 __all__ = ["strategy_for"]
 
@@ -24,8 +25,17 @@ def strategy_for(
     Key_Shared, its mode) fixes the subscription's until every consumer has left."""
     sub_type = first.sub_type
     if sub_type in (EXCLUSIVE, FAILOVER):
-        return SingleActiveStrategy(book, sub_type)
+        return SingleActiveStrategy(book, sub_type, _partition_index(first.topic))
     if sub_type == KEY_SHARED:
         meta = first.key_shared or KeySharedMeta()
         return KeySharedStrategy(book, meta, settings, wake_after)
     return SharedStrategy(book, settings.dispatcher_max_round_robin_batch_size)
+
+
+def _partition_index(topic: str) -> int:
+    """The topic's index in its partitioned topic; -1 for none, and for a bare name (the
+    broker's consumers carry full names; dispatch's own tests may not)."""
+    try:
+        return TopicName.parse(topic).partition_index
+    except InvalidName:
+        return -1
