@@ -458,14 +458,27 @@ def run_paused_consumer(
     assert all(m.payload == payload for m in received)
 
 
-def test_a_subscription_turned_away_by_another_ones_parked_send_gets_its_messages() -> None:
+@pytest.mark.parametrize(
+    "sub_type",
+    [
+        pb.CommandSubscribe.Shared,
+        pb.CommandSubscribe.Key_Shared,
+        pb.CommandSubscribe.Failover,
+        pb.CommandSubscribe.Exclusive,
+    ],
+    ids=["Shared", "Key_Shared", "Failover", "Exclusive"],
+)
+def test_a_subscription_turned_away_by_another_ones_parked_send_gets_its_messages(
+    sub_type: int,
+) -> None:
     """Two subscriptions on one connection, as the official client puts a partitioned
-    topic's consumers. The first one's messages fill the kernel's buffers and park the
-    channel's writer in its send, under the high watermark (no writability flip). The second
-    then gets permits for stored messages, finds its consumer not accepting writes and
-    stops, with no write of its own in flight. Once the client reads again, the send's
-    return is the one thing that can wake it: no FLOW, publish or ack follows. Found as a
-    stalled 4-partition run in `make bench`'s partitions section."""
+    topic's consumers; each strategy meets the held-back consumer in its own way. The first
+    one's messages fill the kernel's buffers and park the channel's writer in its send,
+    under the high watermark (no writability flip). The second then gets permits for stored
+    messages, finds its consumer not accepting writes and stops, with no write of its own in
+    flight. Once the client reads again, the send's return is the one thing that can wake
+    it: no FLOW, publish or ack follows. Found as a stalled 4-partition run in `make
+    bench`'s partitions section."""
     first, second = "persistent://public/default/parked-1", "persistent://public/default/parked-2"
     count, payload = 32, b"p" * SIZE  # 256 KiB for the first: more than the kernel holds
     with (
@@ -477,7 +490,7 @@ def test_a_subscription_turned_away_by_another_ones_parked_send_gets_its_message
         consumer.handshake()
         for producer_id, topic in enumerate((first, second), start=1):
             producer.create_producer(topic, producer_id)
-            consumer.subscribe(topic, "s", producer_id, sub_type=pb.CommandSubscribe.Shared)
+            consumer.subscribe(topic, "s", producer_id, sub_type=sub_type)
         for producer_id in (1, 2):
             for sequence_id in range(count):
                 producer.send_raw(producer.send_frame(producer_id, sequence_id, payload))
