@@ -114,6 +114,7 @@ class Dispatcher:
         cursor_store: CursorStore | None = None,
         options: DispatchOptions = DEFAULT_OPTIONS,
         last_entry_id: Callable[[], int] | None = None,
+        partition: int = -1,
     ) -> None:
         super().__init__()
         self.cursor_saver = CursorSaver(cursor_store, name, cursor)
@@ -138,6 +139,7 @@ class Dispatcher:
             durable=durable,
             options=options,
             wake_after=self._wake_after,
+            partition=partition,
         )
         self.book = self.subscription.book
         self.total_permits = self.subscription.total_permits

@@ -72,6 +72,7 @@ from brokerlet.config import Settings
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
 from brokerlet.dispatch.ratelimit import DispatchRateLimiter
 from brokerlet.dispatch.stats import Rate
+from brokerlet.metadata.naming import TopicName
 from brokerlet.producers import hooks as producer_hooks
 from brokerlet.storage.backlog_quota import QuotaState, refusal, size_exceeded_now
 from brokerlet.storage.cursor import Cursor
@@ -118,6 +119,7 @@ class TopicActor(GeventActor):
         self.supervisor = supervisor
         self.restored = restored or {}
         self.name = name
+        self.partition = TopicName.parse(name).partition_index  # -1: not a partition
         self.dispatch_options = dispatch_options
         self.cursors = cursors  # durable subscriptions' acknowledgements, with a disk ledger
         self.saved: dict[str, CursorState] = {}
@@ -405,6 +407,7 @@ class TopicActor(GeventActor):
             cursor_store=self.cursors if message.durable else None,
             options=self.dispatch_options,
             last_entry_id=lambda: self.ledger.last_entry_id,
+            partition=self.partition,
         )
         self.subscriptions[message.subscription] = dispatcher
         self.mark_deletes[message.subscription] = cursor.mark_delete

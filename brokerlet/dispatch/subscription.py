@@ -50,6 +50,8 @@ class Subscription:
         sub_type: its type until the first consumer sets it.
         wake_after: a strategy calls it when entries in the replay set may go out after a
             delay (Key_Shared: a draining hash that blocked someone was released).
+        partition: the topic's index in its partitioned topic, or -1 (Failover spreads
+            partitions by it).
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class Subscription:
         durable: bool,
         options: DispatchOptions,
         wake_after: WakeAfter,
+        partition: int = -1,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -75,6 +78,7 @@ class Subscription:
         self.strategy = Strategy(self.book, sub_type)  # no consumer yet
         self.total_permits = PermitTotal()
         self._wake_after = wake_after
+        self._partition = partition
         self.batch_acks = (
             BatchAcks() if settings.acknowledgment_at_batch_index_level_enabled else None
         )
@@ -90,7 +94,9 @@ class Subscription:
         book = self.book
         strategy = self.strategy
         if not book.consumers:  # the first consumer sets the subscription's type
-            strategy = strategy_for(consumer, book, self.settings, self._wake_after)
+            strategy = strategy_for(
+                consumer, book, self.settings, self._wake_after, self._partition
+            )
         strategy.add(consumer)  # raises BrokerError to refuse it
         self._use(strategy)
         consumer.attach(self.total_permits, read_gate)

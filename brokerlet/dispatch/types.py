@@ -10,7 +10,6 @@ from brokerlet.dispatch.shared import SharedStrategy
 from brokerlet.dispatch.single_active import SingleActiveStrategy
 from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, KEY_SHARED, Strategy, WakeAfter
 from brokerlet.keyshared import KeySharedMeta
-from brokerlet.metadata.naming import InvalidName, TopicName
 
 __all__ = ["strategy_for"]
 
@@ -20,22 +19,15 @@ def strategy_for(
     book: DeliveryBook,
     settings: Settings,
     wake_after: WakeAfter,
+    partition: int = -1,
 ) -> Strategy:
     """The strategy of a subscription whose first consumer is ``first``; its type (and, for
-    Key_Shared, its mode) fixes the subscription's until every consumer has left."""
+    Key_Shared, its mode) fixes the subscription's until every consumer has left.
+    ``partition``: the topic's index in its partitioned topic (-1: none), for Failover."""
     sub_type = first.sub_type
     if sub_type in (EXCLUSIVE, FAILOVER):
-        return SingleActiveStrategy(book, sub_type, _partition_index(first.topic))
+        return SingleActiveStrategy(book, sub_type, partition)
     if sub_type == KEY_SHARED:
         meta = first.key_shared or KeySharedMeta()
         return KeySharedStrategy(book, meta, settings, wake_after)
     return SharedStrategy(book, settings.dispatcher_max_round_robin_batch_size)
-
-
-def _partition_index(topic: str) -> int:
-    """The topic's index in its partitioned topic; -1 for none, and for a bare name (the
-    broker's consumers carry full names; dispatch's own tests may not)."""
-    try:
-        return TopicName.parse(topic).partition_index
-    except InvalidName:
-        return -1
