@@ -34,7 +34,7 @@ test: compiled
 	BROKERLET_PURE_PYTHON=1 $(PY) -m pytest $(ARGS)
 
 lint: venv
-	$(PY) -m ruff check brokerlet tests bench loadtests
+	$(PY) -m ruff check brokerlet tests bench loadtests setup.py
 	$(PY) -m mypy
 
 bench: compiled

@@ -5,8 +5,9 @@ at the top of a source checkout and records each source's SHA-256 with the build
 brokerlet loads the compiled modules only when every recorded source is unchanged and the
 build is for this interpreter; otherwise every module runs from source. An edit that was not
 rebuilt therefore runs as written, never as the old build. ``BROKERLET_PURE_PYTHON=1`` runs
-everything from source (the line tracer, the tests' second run); an installed package has no
-build and runs from source.
+everything from source (the line tracer, the tests' second run). A wheel (``setup.py``)
+carries its own build in ``brokerlet/_mypyc/``, checked the same way against the sources
+installed beside it; a wheel built without a C compiler has none and runs from source.
 
 The compiled modules are the per-message ones (about a sixth of the saturated paths'
 instructions; docs/performance.md, twelfth and twenty-first passes). Compiled code checks
@@ -30,6 +31,7 @@ from types import ModuleType
 __all__ = [
     "BUILD_DIRECTORY",
     "MODULES",
+    "PACKAGED_BUILD",
     "PURE_PYTHON_VARIABLE",
     "STATUS",
     "compiled_modules",
@@ -56,6 +58,8 @@ PURE_PYTHON_VARIABLE = "BROKERLET_PURE_PYTHON"
 GROUP = "brokerlet_compiled"  # mypyc's shared library is `{GROUP}__mypyc`
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIRECTORY = SOURCE_ROOT / ".compiled"
+PACKAGED_BUILD = Path(__file__).resolve().parent / "_mypyc"
+"""Where an installed wheel's build is (a checkout has none: ``.compiled`` is its build)."""
 MANIFEST = "manifest.json"
 
 
@@ -123,7 +127,7 @@ class _CompiledFinder:
 def _install() -> str:
     if os.environ.get(PURE_PYTHON_VARIABLE, "") not in ("", "0"):
         return f"source ({PURE_PYTHON_VARIABLE} is set)"
-    files, status = plan(BUILD_DIRECTORY)
+    files, status = plan(PACKAGED_BUILD if PACKAGED_BUILD.is_dir() else BUILD_DIRECTORY)
     if files:
         # Before every other finder, and before any of the modules is imported: brokerlet's
         # __init__ imports this module first.
