@@ -32,6 +32,7 @@ from brokerlet.actors.messages import (
 from brokerlet.config import Settings, load_settings
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
+from brokerlet.dispatch.single_active import Placement, ring_pick
 from brokerlet.keyshared import KeySharedMeta
 from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.ledger import Entry
@@ -326,3 +327,10 @@ class Harness:
     def stop(self) -> None:
         for ref in (self.dispatcher, self.topic, self.loop):
             ref.stop(block=True, timeout=5)
+
+
+def failover_active(topic: str, names: list[str]) -> str:
+    """Which of ``names`` (one priority level) Failover makes active on the plain topic
+    ``topic``: its hash ring's pick, so a test need not depend on the topic's name."""
+    ranked = sorted(names)
+    return ranked[ring_pick(ranked, Placement.of(topic, -1).topic_hash)]

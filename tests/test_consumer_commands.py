@@ -13,11 +13,13 @@ from __future__ import annotations
 import struct
 import time
 
+import pytest
 from google.protobuf import unknown_fields
 
 from brokerlet import Broker
 from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import Frame, FrameDecoder, build_entry, encode_message, pb
+from tests.dispatch_harness import failover_active
 
 T = pb.BaseCommand
 
@@ -58,16 +60,19 @@ def _changes(frames: list[Frame]) -> list[tuple[int, bool]]:
 def test_failover_tells_every_consumer_when_the_active_one_changes(
     broker: Broker, topic: str
 ) -> None:
+    # The one the ring picks (AbstractDispatcherSingleActiveConsumer) joins second.
+    taker = failover_active(topic, ["one", "two"])
+    first_name = "two" if taker == "one" else "one"
     with RawClient(broker.address, timeout=5) as a, RawClient(broker.address, timeout=5) as b:
         a.handshake()
         b.handshake()
-        _subscribe(a, topic, 1, "b-second-by-name", 10)
+        _subscribe(a, topic, 1, first_name, 10)
         frames = _frames_until(
             a, lambda fs: _changes(fs) and any(f.command.type == T.SUCCESS for f in fs)
         )
         assert _changes(frames) == [(1, True)]  # on subscribe: it is the active one
-        # "a-first" sorts first by name: it takes over, and both hear of it.
-        _subscribe(b, topic, 2, "a-first", 11)
+        # The ring's pick takes over, and both hear of it.
+        _subscribe(b, topic, 2, taker, 11)
         frames_b = _frames_until(
             b, lambda fs: _changes(fs) and any(f.command.type == T.SUCCESS for f in fs)
         )
@@ -75,6 +80,38 @@ def test_failover_tells_every_consumer_when_the_active_one_changes(
         assert _changes(_frames_until(a, _changes)) == [(1, False)]
         b.close_consumer(2)
         assert _changes(_frames_until(a, _changes)) == [(1, True)]  # back to the first
+
+
+@pytest.mark.parametrize("consistent_hashing", [False, True])
+def test_a_partitions_active_consumer_follows_its_index_unless_hashing_is_set(
+    consistent_hashing: bool,
+) -> None:
+    # activeConsumerFailoverConsistentHashing (AbstractDispatcherSingleActiveConsumer): a
+    # partition's pick is its index modulo the consumers, or the ring with the setting.
+    names = ["a", "b"]
+    topic = next(  # a partition whose ring pick is not its index's
+        t
+        for i in range(1, 100)
+        if failover_active(t := f"persistent://public/default/fo-ring-partition-{i}", names)
+        != names[i % 2]
+    )
+    index = int(topic.rsplit("-", 1)[1])
+    expected = failover_active(topic, names) if consistent_hashing else names[index % 2]
+    with (
+        Broker(port=0, active_consumer_failover_consistent_hashing=consistent_hashing) as broker,
+        RawClient(broker.address, timeout=5) as client,
+    ):
+        client.handshake()
+        for consumer_id, name in enumerate(names, start=1):
+            client.subscribe(
+                topic, "fo", consumer_id, sub_type=pb.CommandSubscribe.Failover, consumer_name=name
+            )
+        stats = broker.topic_stats(topic)
+        assert stats is not None
+        active = [
+            c["consumerName"] for c in stats["subscriptions"]["fo"]["consumers"] if c["isActive"]
+        ]
+        assert active == [expected]
 
 
 def _ack_with_receipt(consumer_id: int, entry_id: int, request_id: int, ledger_id: int) -> T:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent.event
+import mmh3
 import pykka
 import pytest
 from hypothesis import given, settings
@@ -42,7 +43,7 @@ from brokerlet.dispatch.filters import SkipSettled
 from brokerlet.dispatch.ratelimit import TokenBucket
 from brokerlet.dispatch.replay import ReplaySet
 from brokerlet.dispatch.shared import SharedStrategy
-from brokerlet.dispatch.single_active import SingleActiveStrategy
+from brokerlet.dispatch.single_active import Placement, SingleActiveStrategy, ring_pick
 from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, SHARED
 from brokerlet.metadata import MetadataStore
 from brokerlet.storage import MemoryLedger
@@ -161,9 +162,12 @@ def test_shared_serves_a_higher_priority_level_only_when_the_lower_cannot_take_a
     assert low.permits == 0
 
 
-def test_failover_picks_the_lowest_priority_then_the_lowest_name_and_moves_pending() -> None:
+FIRST_PARTITION = Placement(partition=0, ring=False)  # index 0: the first in rank
+
+
+def test_failover_ranks_by_priority_then_name_and_moves_pending() -> None:
     book = make_book()
-    strategy = SingleActiveStrategy(book, FAILOVER)
+    strategy = SingleActiveStrategy(book, FAILOVER, FIRST_PARTITION)
     zed = join(book, "zed", FAILOVER, permits=10)
     assert strategy.membership_changed() is None
     assert strategy.candidates() == (zed,)
@@ -185,7 +189,6 @@ def test_failover_picks_the_lowest_priority_then_the_lowest_name_and_moves_pendi
         (0, ["b", "a"], "a"),
         (1, ["b", "a"], "b"),
         (5, ["c", "a", "b"], "c"),  # 5 % 3
-        (-1, ["b", "a"], "a"),  # not a partition: the first in order
     ],
 )
 def test_failover_spreads_the_partitions_of_a_partitioned_topic(
@@ -194,7 +197,8 @@ def test_failover_spreads_the_partitions_of_a_partitioned_topic(
     # AbstractDispatcherSingleActiveConsumer.pickAndScheduleActiveConsumer: consumers sorted
     # by priority level and name, a partition's active one at its index modulo their count.
     book = make_book()
-    strategy = SingleActiveStrategy(book, FAILOVER, partition)
+    placement = Placement.of(f"persistent://public/default/t-partition-{partition}", partition)
+    strategy = SingleActiveStrategy(book, FAILOVER, placement)
     for name in names:
         join(book, name, FAILOVER)
     strategy.membership_changed()
@@ -205,7 +209,7 @@ def test_failover_spreads_the_partitions_of_a_partitioned_topic(
 def test_failover_spreads_partitions_over_the_highest_priority_level_only() -> None:
     # Consumers of a lower level (a higher number) stand by until the higher level empties.
     book = make_book()
-    strategy = SingleActiveStrategy(book, FAILOVER, 3)
+    strategy = SingleActiveStrategy(book, FAILOVER, Placement(partition=3, ring=False))
     join(book, "low", FAILOVER, priority=1)
     first, second = join(book, "x", FAILOVER), join(book, "y", FAILOVER)
     strategy.membership_changed()
@@ -217,6 +221,74 @@ def test_failover_spreads_partitions_over_the_highest_priority_level_only() -> N
     strategy.membership_changed()
     assert strategy.active is not None
     assert strategy.active.name == "low"
+
+
+def _ring_active(topic: str, names: list[str], partition: int = -1, **settings: bool) -> str:
+    book = make_book()
+    placement = Placement.of(topic, partition, **settings)
+    strategy = SingleActiveStrategy(book, FAILOVER, placement)
+    for name in names:
+        join(book, name, FAILOVER)
+    strategy.membership_changed()
+    assert strategy.active is not None
+    return strategy.active.name
+
+
+def test_failover_on_a_plain_topic_reads_a_ring_of_the_consumer_names() -> None:
+    # AbstractDispatcherSingleActiveConsumer: 100 points per consumer, murmur3 (31 bits) of
+    # consumerName + j; the owner of the first point at or after murmur3 of the topic's
+    # full name is active, the lowest point's owner if none is after it.
+    names = ["c1", "c2", "c3"]
+    owners = {
+        mmh3.hash(f"{name}{j}".encode()) & 0x7FFFFFFF: name for name in names for j in range(100)
+    }
+    points = sorted(owners)
+    for index in range(40):
+        topic = f"persistent://public/default/ring-{index}"
+        at = mmh3.hash(topic.encode()) & 0x7FFFFFFF
+        expected = owners[next((p for p in points if p >= at), points[0])]
+        assert _ring_active(topic, names) == expected
+        assert _ring_active(topic, names[::-1]) == expected  # whatever the joining order
+    assert ring_pick(names, points[-1] + 1) == names.index(owners[points[0]])  # wraps
+
+
+def test_failover_ring_spreads_topics_and_keeps_the_active_one_when_another_leaves() -> None:
+    names = ["alpha", "bravo", "charlie"]
+    topics = [f"persistent://public/default/spread-{i}" for i in range(300)]
+    picks = {topic: _ring_active(topic, names) for topic in topics}
+    shares = [sum(1 for name in picks.values() if name == n) for n in names]
+    assert all(share > 50 for share in shares), shares  # 100 each, give or take
+    for topic, active in picks.items():
+        # Consistent hashing: only the consumers whose points go away lose topics.
+        others = [n for n in names if n != active]
+        assert _ring_active(topic, [active, others[0]]) == active
+        assert _ring_active(topic, [*names, "delta"]) in (active, "delta")
+
+
+def test_failover_partitions_take_the_ring_with_consistent_hashing() -> None:
+    # activeConsumerFailoverConsistentHashing=true: partitions too read the ring, so a
+    # partition's pick no longer follows its index.
+    names = ["a", "b", "c"]
+    by_ring = [
+        _ring_active(
+            f"persistent://public/default/p-partition-{i}", names, i, consistent_hashing=True
+        )
+        for i in range(30)
+    ]
+    by_index = [
+        _ring_active(f"persistent://public/default/p-partition-{i}", names, i) for i in range(30)
+    ]
+    assert by_index == [names[i % 3] for i in range(30)]
+    assert by_ring == [
+        names[
+            ring_pick(
+                names,
+                mmh3.hash(f"persistent://public/default/p-partition-{i}".encode()) & 0x7FFFFFFF,
+            )
+        ]
+        for i in range(30)
+    ]
+    assert by_ring != by_index
 
 
 def test_exclusive_refuses_a_second_consumer() -> None:

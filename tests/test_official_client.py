@@ -13,6 +13,7 @@ import pytest
 
 from brokerlet import Broker
 from brokerlet.testing.waiting import wait_until
+from tests.dispatch_harness import failover_active
 
 pytestmark = pytest.mark.official
 
@@ -230,12 +231,14 @@ def test_failover_standby_takes_over_when_the_active_consumer_leaves(
     client: pulsar.Client, topic: str
 ) -> None:
     producer = client.create_producer(topic, batching_enabled=False)
-    first = client.subscribe(
-        topic, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="a"
-    )
-    second = client.subscribe(
-        topic, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b"
-    )
+    active = failover_active(topic, ["a", "b"])  # the ring's pick on a plain topic
+    consumers = {
+        name: client.subscribe(
+            topic, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name=name
+        )
+        for name in ("a", "b")
+    }
+    first, second = consumers[active], consumers["b" if active == "a" else "a"]
     producer.send(b"to-a")
     assert first.receive(5000).data() == b"to-a"
     assert nothing_more(second)

@@ -25,7 +25,7 @@ from brokerlet.dispatch.key_shared import entry_key_hash
 from brokerlet.testing.rawclient import RawClient
 from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
-from tests.dispatch_harness import Harness, make_keyed_entry
+from tests.dispatch_harness import Harness, failover_active, make_keyed_entry
 
 T = pb.BaseCommand
 SHARED = pb.CommandSubscribe.Shared
@@ -51,7 +51,7 @@ def subscription_stats(broker: Broker, topic: str, subscription: str) -> dict[st
     return sub
 
 
-# Failover: the lowest priority level, then the lowest consumer name, is active.
+# Failover: among the lowest priority level, the hash ring's pick is active.
 
 
 def subscribe_failover(client: RawClient, topic: str, name: str, priority: int) -> None:
@@ -67,11 +67,13 @@ def subscribe_failover(client: RawClient, topic: str, name: str, priority: int) 
     client.flow(1, 100)
 
 
-def test_failover_picks_by_priority_level_then_name_and_hands_over_unacked(
+def test_failover_picks_within_the_best_priority_level_and_hands_over_unacked(
     broker: Broker,
 ) -> None:
-    # PersistentDispatcherSingleActiveConsumer sorts consumers by priority, then name.
+    # AbstractDispatcherSingleActiveConsumer: the best level's consumers on a hash ring.
     topic = "persistent://public/default/failover-order"
+    active = failover_active(topic, ["b", "c"])
+    standby = "c" if active == "b" else "b"
     with (
         RawClient(broker.address) as low_a,
         RawClient(broker.address) as high_c,
@@ -80,23 +82,24 @@ def test_failover_picks_by_priority_level_then_name_and_hands_over_unacked(
     ):
         subscribe_failover(low_a, topic, "a", priority=1)  # best name, worse level
         subscribe_failover(high_c, topic, "c", priority=0)
-        subscribe_failover(high_b, topic, "b", priority=0)  # joins last, still active
+        subscribe_failover(high_b, topic, "b", priority=0)
+        clients = {"b": high_b, "c": high_c}
         producer.handshake()
         producer.create_producer(topic, 1)
         payloads = [f"f{i}".encode() for i in range(5)]
         for sequence, payload in enumerate(payloads):
             producer.produce(1, sequence, payload)
 
-        assert [m.payload for m in high_b.receive(1, 5)] == payloads
+        assert [m.payload for m in clients[active].receive(1, 5)] == payloads
         out = {
             c["consumerName"]: c["msgOutCounter"]
             for c in subscription_stats(broker, topic, "fo")["consumers"]
         }
-        assert out == {"a": 0, "b": 5, "c": 0}
+        assert out == {"a": 0, active: 5, standby: 0}
 
-        high_b.close_consumer(1)  # unacked: they move to the next, "c" (level 0)
-        assert [m.payload for m in high_c.receive(1, 5)] == payloads
-        high_c.close_consumer(1)
+        clients[active].close_consumer(1)  # unacked: they move to the other of level 0
+        assert [m.payload for m in clients[standby].receive(1, 5)] == payloads
+        clients[standby].close_consumer(1)
         assert [m.payload for m in low_a.receive(1, 5)] == payloads
 
 

@@ -70,6 +70,7 @@ from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
 from brokerlet.dispatch.ratelimit import DispatchRateLimiter, limiters_allowance, limiters_wait
 from brokerlet.dispatch.read_backoff import ReadBackoff
 from brokerlet.dispatch.replay import ReplaySet
+from brokerlet.dispatch.single_active import NO_PLACEMENT, Placement
 from brokerlet.dispatch.stats import Cancellable, SubscriptionStats
 from brokerlet.dispatch.strategy import Strategy
 from brokerlet.dispatch.subscription import Removal, Subscription
@@ -114,7 +115,7 @@ class Dispatcher:
         cursor_store: CursorStore | None = None,
         options: DispatchOptions = DEFAULT_OPTIONS,
         last_entry_id: Callable[[], int] | None = None,
-        partition: int = -1,
+        placement: Placement = NO_PLACEMENT,
     ) -> None:
         super().__init__()
         self.cursor_saver = CursorSaver(cursor_store, name, cursor)
@@ -139,7 +140,7 @@ class Dispatcher:
             durable=durable,
             options=options,
             wake_after=self._wake_after,
-            partition=partition,
+            placement=placement,
         )
         self.book = self.subscription.book
         self.total_permits = self.subscription.total_permits

@@ -71,6 +71,7 @@ from brokerlet.compaction.state import (
 from brokerlet.config import Settings
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
 from brokerlet.dispatch.ratelimit import DispatchRateLimiter
+from brokerlet.dispatch.single_active import Placement
 from brokerlet.dispatch.stats import Rate
 from brokerlet.metadata.naming import TopicName
 from brokerlet.producers import hooks as producer_hooks
@@ -119,7 +120,11 @@ class TopicActor(GeventActor):
         self.supervisor = supervisor
         self.restored = restored or {}
         self.name = name
-        self.partition = TopicName.parse(name).partition_index  # -1: not a partition
+        self.placement = Placement.of(  # where Failover's pick looks
+            name,
+            TopicName.parse(name).partition_index,
+            settings.active_consumer_failover_consistent_hashing,
+        )
         self.dispatch_options = dispatch_options
         self.cursors = cursors  # durable subscriptions' acknowledgements, with a disk ledger
         self.saved: dict[str, CursorState] = {}
@@ -407,7 +412,7 @@ class TopicActor(GeventActor):
             cursor_store=self.cursors if message.durable else None,
             options=self.dispatch_options,
             last_entry_id=lambda: self.ledger.last_entry_id,
-            partition=self.partition,
+            placement=self.placement,
         )
         self.subscriptions[message.subscription] = dispatcher
         self.mark_deletes[message.subscription] = cursor.mark_delete

@@ -107,6 +107,11 @@ class Settings:
         20, "Most entries one Shared consumer gets per round-robin turn.",
         alias="dispatcherMaxRoundRobinBatchSize", minimum=1,
     )
+    active_consumer_failover_consistent_hashing: bool = setting(
+        False, "Failover on a partition: pick the active consumer on the hash ring, as on "
+        "a plain topic, instead of by the partition's index.",
+        alias="activeConsumerFailoverConsistentHashing",
+    )
     dispatcher_retry_backoff_initial_time_ms: int = setting(
         1, "First delay (ms) before reading again after a pass that dispatched nothing.",
         alias="dispatcherRetryBackoffInitialTimeInMs", minimum=0,

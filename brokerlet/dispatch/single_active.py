@@ -1,31 +1,77 @@
 """Exclusive and Failover: one active consumer gets every entry.
 
-Exclusive refuses a second consumer with ConsumerBusy. Failover ranks the consumers by
-priority level, then name, as Pulsar's ``AbstractDispatcherSingleActiveConsumer`` does. A
-partition of a partitioned topic makes the consumer at its index (modulo how many share the
-highest level) active, so the partitions spread over the consumers; any other topic makes the
-first active (Pulsar hashes consumers onto a ring there instead; a sorted pick is
-deterministic, see docs/architecture.md). When a new consumer takes over, the old active
-consumer's unacked entries move to it.
+Exclusive refuses a second consumer with ConsumerBusy. Failover picks its active consumer as
+Pulsar's ``AbstractDispatcherSingleActiveConsumer`` does: the consumers are ranked by
+priority level, then name, and only the highest level's take part. A partition of a
+partitioned topic makes the one at its index modulo their count active, so the partitions
+spread over the consumers; any other topic (and every partition, with
+``active_consumer_failover_consistent_hashing``) puts each of them on a hash ring
+(`RING_REPLICAS` points each) and makes the owner of the first point at or after the
+topic name's hash active, so the topics of a namespace spread too. When a new consumer
+takes over, the old active consumer's unacked entries move to it.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from brokerlet.actors.errors import BrokerError
 from brokerlet.dispatch.consumer import Consumer
 from brokerlet.dispatch.delivery import DeliveryBook
 from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, InOrderChunks
+from brokerlet.keyshared.hashing import sticky_key_hash
 
-__all__ = ["SingleActiveStrategy"]
+__all__ = ["NO_PLACEMENT", "RING_REPLICAS", "Placement", "SingleActiveStrategy", "ring_pick"]
+
+RING_REPLICAS = 100
+"""Ring points per consumer (Pulsar's ``CONSUMER_CONSISTENT_HASH_REPLICAS``)."""
+
+
+class Placement(NamedTuple):
+    """What Failover's pick needs to know of its topic; fixed for the topic's life."""
+
+    partition: int = -1
+    """The topic's index in its partitioned topic; -1 for none."""
+    topic_hash: int = 0
+    """Murmur3 (31 bits) of the topic's full name: where the ring is read."""
+    ring: bool = True
+    """Whether the ring picks (else the partition index does)."""
+
+    @classmethod
+    def of(cls, topic: str, partition: int, consistent_hashing: bool = False) -> Placement:
+        """The placement of ``topic`` (its full name) at ``partition`` (-1: none);
+        ``consistent_hashing`` is ``active_consumer_failover_consistent_hashing``."""
+        ring = partition < 0 or consistent_hashing
+        return cls(partition, sticky_key_hash(topic.encode()), ring)
+
+
+NO_PLACEMENT = Placement()
+"""A topic of no partition whose name hashes to 0 (tests build strategies without topics)."""
+
+
+def ring_pick(names: Sequence[str], topic_hash: int) -> int:
+    """The index in ``names`` of the consumer that owns ``topic_hash`` on the ring.
+
+    Each name gets the points ``hash(name + str(j))`` for ``j`` below `RING_REPLICAS` (the
+    hash Key_Shared uses); the first point at or after ``topic_hash``, else the lowest, is
+    the owner's. Of two names on one point the later in ``names`` keeps it.
+    """
+    owners: dict[int, int] = {}
+    for index, name in enumerate(names):
+        for replica in range(RING_REPLICAS):
+            owners[sticky_key_hash(f"{name}{replica}".encode())] = index
+    points = sorted(owners)
+    return owners[points[bisect_left(points, topic_hash) % len(points)]]
 
 
 class SingleActiveStrategy(InOrderChunks):
-    def __init__(self, book: DeliveryBook, sub_type: int, partition: int = -1) -> None:
-        """``partition``: the topic's index in its partitioned topic, or -1 for none."""
+    def __init__(
+        self, book: DeliveryBook, sub_type: int, placement: Placement = NO_PLACEMENT
+    ) -> None:
         super().__init__(book, sub_type)
-        self.partition = partition
+        self.placement = placement
         self.active: Consumer | None = None
         self._announced: Consumer | None = None  # the active consumer everyone was told of
 
@@ -48,10 +94,14 @@ class SingleActiveStrategy(InOrderChunks):
         if not consumers:
             return None
         ranked = sorted(consumers, key=lambda c: (c.priority, c.name))
-        if self.partition < 0:
-            return ranked[0]
         highest = ranked[0].priority
-        return ranked[self.partition % sum(1 for c in ranked if c.priority == highest)]
+        count = sum(1 for c in ranked if c.priority == highest)
+        placement = self.placement
+        if count == 1:
+            return ranked[0]
+        if placement.ring:
+            return ranked[ring_pick([c.name for c in ranked[:count]], placement.topic_hash)]
+        return ranked[placement.partition % count]
 
     def active_notices(self, added: Consumer | None) -> list[tuple[Consumer, bool]]:
         # As Pulsar's AbstractDispatcherSingleActiveConsumer: a new pick is told to every

@@ -20,6 +20,7 @@ from brokerlet.dispatch.consumer import Consumer
 from brokerlet.dispatch.delivery import DeliveryBook
 from brokerlet.dispatch.options import DispatchOptions
 from brokerlet.dispatch.permits import PermitTotal
+from brokerlet.dispatch.single_active import NO_PLACEMENT, Placement
 from brokerlet.dispatch.strategy import Strategy, WakeAfter
 from brokerlet.dispatch.types import strategy_for
 from brokerlet.storage.cursor import Cursor
@@ -50,8 +51,7 @@ class Subscription:
         sub_type: its type until the first consumer sets it.
         wake_after: a strategy calls it when entries in the replay set may go out after a
             delay (Key_Shared: a draining hash that blocked someone was released).
-        partition: the topic's index in its partitioned topic, or -1 (Failover spreads
-            partitions by it).
+        placement: where the topic sits, for Failover's pick of its active consumer.
     """
 
     def __init__(
@@ -66,7 +66,7 @@ class Subscription:
         durable: bool,
         options: DispatchOptions,
         wake_after: WakeAfter,
-        partition: int = -1,
+        placement: Placement = NO_PLACEMENT,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -78,7 +78,7 @@ class Subscription:
         self.strategy = Strategy(self.book, sub_type)  # no consumer yet
         self.total_permits = PermitTotal()
         self._wake_after = wake_after
-        self._partition = partition
+        self._placement = placement
         self.batch_acks = (
             BatchAcks() if settings.acknowledgment_at_batch_index_level_enabled else None
         )
@@ -95,7 +95,7 @@ class Subscription:
         strategy = self.strategy
         if not book.consumers:  # the first consumer sets the subscription's type
             strategy = strategy_for(
-                consumer, book, self.settings, self._wake_after, self._partition
+                consumer, book, self.settings, self._wake_after, self._placement
             )
         strategy.add(consumer)  # raises BrokerError to refuse it
         self._use(strategy)

@@ -7,7 +7,7 @@ from brokerlet.dispatch.consumer import Consumer
 from brokerlet.dispatch.delivery import DeliveryBook
 from brokerlet.dispatch.key_shared import KeySharedStrategy
 from brokerlet.dispatch.shared import SharedStrategy
-from brokerlet.dispatch.single_active import SingleActiveStrategy
+from brokerlet.dispatch.single_active import NO_PLACEMENT, Placement, SingleActiveStrategy
 from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, KEY_SHARED, Strategy, WakeAfter
 from brokerlet.keyshared import KeySharedMeta
 
@@ -19,14 +19,14 @@ def strategy_for(
     book: DeliveryBook,
     settings: Settings,
     wake_after: WakeAfter,
-    partition: int = -1,
+    placement: Placement = NO_PLACEMENT,
 ) -> Strategy:
     """The strategy of a subscription whose first consumer is ``first``; its type (and, for
     Key_Shared, its mode) fixes the subscription's until every consumer has left.
-    ``partition``: the topic's index in its partitioned topic (-1: none), for Failover."""
+    ``placement``: where the topic sits, for Failover's pick."""
     sub_type = first.sub_type
     if sub_type in (EXCLUSIVE, FAILOVER):
-        return SingleActiveStrategy(book, sub_type, partition)
+        return SingleActiveStrategy(book, sub_type, placement)
     if sub_type == KEY_SHARED:
         meta = first.key_shared or KeySharedMeta()
         return KeySharedStrategy(book, meta, settings, wake_after)
