@@ -7,11 +7,12 @@ puts a partitioned topic's consumers on one connection. A producer publishes key
 messages in bursts on its own thread while each consumer connection reads in fits and
 starts, pausing for random spells, grants permits as the official client does (half its
 queue once half is received), acks what it got, and in some schedules asks for some messages
-again, closes and reopens consumers, or publishes some messages with a delivery delay. Every
-subscription must get every message acknowledged. A stall is reported when nothing
-arrives for `STALL_SECONDS` although the client reads everything and every consumer owed
-messages has permits: a dispatcher nobody will wake (the twenty-sixth pass's parked send
-was one: see test_backpressure.py). ``WAKEUP_FUZZ_SEEDS=1-200`` runs more schedules.
+again, closes and reopens consumers, publishes some messages with a delivery delay, or runs
+under a dispatch rate or an unacked-message limit. Every subscription must get every message
+acknowledged. A stall is reported when a subscription gets nothing for `STALL_SECONDS`
+although the client reads everything and grants permits: a dispatcher nobody will wake (the
+twenty-sixth pass's parked send was one: see test_backpressure.py).
+``WAKEUP_FUZZ_SEEDS=1-200`` runs more schedules.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class Schedule:
     nacks: float  # share of messages a Shared or Key_Shared consumer asks for again
     read_batch: int
     storage: dict[str, Any]  # Broker settings: memory, or disk with or without a cache
+    limits: dict[str, Any]  # Broker settings: a dispatch rate or an unacked-message limit
 
     @classmethod
     def draw(cls, seed: int) -> Schedule:
@@ -112,6 +114,17 @@ class Schedule:
                 ]
             ),
             read_batch=rng.choice([1, 10, 100, 500]),
+            limits=rng.choice(
+                [
+                    {},
+                    {},
+                    {"dispatch_throttling_rate_per_subscription_in_msg": 3000},
+                    {"dispatch_throttling_rate_per_topic_in_byte": 4 << 20},
+                    {"dispatch_throttling_rate_in_msg": 8000},
+                    {"max_unacked_messages_per_consumer": 20},
+                    {"max_unacked_messages_per_subscription": 40},
+                ]
+            ),
         )
 
 
@@ -170,6 +183,7 @@ def run_schedule(schedule: Schedule, data_dir: Path) -> None:
         dispatcher_max_read_batch_size=schedule.read_batch,
         data_dir=str(data_dir),
         **schedule.storage,
+        **schedule.limits,
     ) as broker:
         connections = [
             RawClient(broker.address, timeout=10, rcvbuf=rng.choice([4096, 16384])) for _ in (0, 1)
