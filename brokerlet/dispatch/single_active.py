@@ -96,9 +96,9 @@ class SingleActiveStrategy(InOrderChunks):
         ranked = sorted(consumers, key=lambda c: (c.priority, c.name))
         highest = ranked[0].priority
         count = sum(1 for c in ranked if c.priority == highest)
-        placement = self.placement
         if count == 1:
             return ranked[0]
+        placement = self.placement
         if placement.ring:
             return ranked[ring_pick([c.name for c in ranked[:count]], placement.topic_hash)]
         return ranked[placement.partition % count]
