@@ -114,6 +114,48 @@ def test_a_partitions_active_consumer_follows_its_index_unless_hashing_is_set(
         assert active == [expected]
 
 
+HOLD_MS = 400
+
+
+def test_failover_holds_a_new_active_consumer_so_the_old_ones_acks_land_first(
+    topic: str,
+) -> None:
+    # PersistentDispatcherSingleActiveConsumer.scheduleReadOnActiveConsumer: after each
+    # change (the first consumer's too) the read and the notices wait
+    # activeConsumerFailoverDelayTimeMillis; an ack the old active consumer sends
+    # meanwhile keeps its message from going out again (PR #807's duplicates).
+    taker = failover_active(topic, ["one", "two"])
+    first_name = "two" if taker == "one" else "one"
+    with (
+        Broker(port=0, active_consumer_failover_delay_time_millis=HOLD_MS) as broker,
+        RawClient(broker.address, timeout=5) as producer,
+        RawClient(broker.address, timeout=5) as a,
+        RawClient(broker.address, timeout=5) as b,
+    ):
+        for client in (producer, a, b):
+            client.handshake()
+        producer.create_producer(topic, 1)
+        producer.produce(1, 0, b"m0")
+        subscribed = time.monotonic()
+        a.subscribe(topic, "fo", 1, sub_type=pb.CommandSubscribe.Failover, consumer_name=first_name)
+        a.flow(1, 10)
+        [m0] = a.receive(1, 1)
+        assert m0.payload == b"m0"
+        assert time.monotonic() - subscribed >= HOLD_MS / 1000  # the first consumer waits too
+
+        b.subscribe(topic, "fo", 2, sub_type=pb.CommandSubscribe.Failover, consumer_name=taker)
+        joined = time.monotonic()
+        b.flow(2, 10)
+        a.ack(1, [m0.entry_id], m0.ledger_id)  # in flight as the other takes over
+        producer.produce(1, 1, b"m1")
+        [first_on_b] = b.receive(2, 1, timeout=5)
+        waited = time.monotonic() - joined
+        assert first_on_b.payload == b"m1", "m0 was acked during the hold: not to come again"
+        assert waited >= HOLD_MS / 1000
+        changes = _changes(_frames_until(a, _changes))
+        assert changes == [(1, False)]
+
+
 def _ack_with_receipt(consumer_id: int, entry_id: int, request_id: int, ledger_id: int) -> T:
     return T(
         type=T.ACK,

@@ -37,6 +37,7 @@ from brokerlet.actors.messages import (
 )
 from brokerlet.actors.topic import TopicActor
 from brokerlet.config import load_settings
+from brokerlet.dispatch import single_active
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
 from brokerlet.dispatch.delivery import DeliveryBook
 from brokerlet.dispatch.filters import SkipSettled
@@ -289,6 +290,64 @@ def test_failover_partitions_take_the_ring_with_consistent_hashing() -> None:
         for i in range(30)
     ]
     assert by_ring != by_index
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_failover_holds_delivery_after_each_change_and_tells_of_it_at_the_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # PersistentDispatcherSingleActiveConsumer.scheduleReadOnActiveConsumer: with
+    # activeConsumerFailoverDelayTimeMillis the read (and the notices) wait after every
+    # change of the active consumer, the first one's included; a new change meanwhile does
+    # not restart the wait.
+    clock = _Clock()
+    monkeypatch.setattr(single_active, "time", clock)
+    wakes: list[float] = []
+    book = make_book()
+    strategy = SingleActiveStrategy(
+        book, FAILOVER, FIRST_PARTITION, hold_ms=1000, wake_after=wakes.append
+    )
+    first = join(book, "b", FAILOVER, permits=10)
+    assert strategy.membership_changed() is None
+    assert strategy.holding
+    assert wakes == [1000.0]
+    assert strategy.candidates() == ()
+    assert strategy.active_notices(first) == []  # told when the hold ends
+    clock.now += 0.4
+    second = join(book, "a", FAILOVER, permits=10)  # takes over (index 0) during the hold
+    assert strategy.membership_changed() is first
+    assert strategy.active is second
+    assert strategy.candidates() == ()
+    assert wakes[-1] == pytest.approx(600.0)  # the first hold's end, not a new one
+    deliver = Recorder(book)
+    assert [e.entry_id for e, _ in strategy.assign(entries(2), deliver, replay=False)] == [0, 1]
+    assert deliver.batches == []
+    clock.now += 0.6
+    assert not strategy.holding
+    assert strategy.candidates() == (second,)
+    assert dict(strategy.active_notices(None)) == {second: True, first: False}
+    third = join(book, "c", FAILOVER)  # no change: hears at once who is active
+    assert strategy.membership_changed() is None
+    assert strategy.active_notices(third) == [(third, False)]
+
+
+def test_failover_without_a_hold_and_exclusive_deliver_at_once() -> None:
+    for sub_type, hold_ms in ((FAILOVER, 0), (EXCLUSIVE, 1000)):
+        book = make_book()
+        strategy = SingleActiveStrategy(
+            book, sub_type, FIRST_PARTITION, hold_ms=hold_ms, wake_after=lambda _ms: None
+        )
+        consumer = join(book, "only", sub_type, permits=1)
+        strategy.membership_changed()
+        assert not strategy.holding
+        assert strategy.candidates() == (consumer,)
 
 
 def test_exclusive_refuses_a_second_consumer() -> None:

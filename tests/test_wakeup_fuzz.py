@@ -8,7 +8,8 @@ messages in bursts on its own thread while each consumer connection reads in fit
 starts, pausing for random spells, grants permits as the official client does (half its
 queue once half is received), acks what it got, and in some schedules asks for some messages
 again, closes and reopens consumers, publishes some messages with a delivery delay, or runs
-under a dispatch rate or an unacked-message limit. Every subscription must get every message
+under a dispatch rate or an unacked-message limit, with Failover's hold after a change of
+its active consumer at 0, 50 or 1,000 ms. Every subscription must get every message
 acknowledged. A stall is reported when a subscription gets nothing for `STALL_SECONDS`
 although the client reads everything and grants permits: a dispatcher nobody will wake (the
 twenty-sixth pass's parked send was one: see test_backpressure.py).
@@ -82,6 +83,7 @@ class Schedule:
     read_batch: int
     storage: dict[str, Any]  # Broker settings: memory, or disk with or without a cache
     limits: dict[str, Any]  # Broker settings: a dispatch rate or an unacked-message limit
+    failover_hold_ms: int  # active_consumer_failover_delay_time_millis
 
     @classmethod
     def draw(cls, seed: int) -> Schedule:
@@ -125,6 +127,7 @@ class Schedule:
                     {"max_unacked_messages_per_subscription": 40},
                 ]
             ),
+            failover_hold_ms=rng.choice([0, 50, 1000]),
         )
 
 
@@ -184,6 +187,7 @@ def run_schedule(schedule: Schedule, data_dir: Path) -> None:
         data_dir=str(data_dir),
         **schedule.storage,
         **schedule.limits,
+        active_consumer_failover_delay_time_millis=schedule.failover_hold_ms,
     ) as broker:
         connections = [
             RawClient(broker.address, timeout=10, rcvbuf=rng.choice([4096, 16384])) for _ in (0, 1)

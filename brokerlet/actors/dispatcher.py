@@ -191,7 +191,7 @@ class Dispatcher:
             AddConsumer: self._add_consumer,
             RemoveConsumer: self._remove_consumer,
             Seek: self._seek,
-            ReplayReady: lambda _: self._wake_for_replay(),
+            ReplayReady: self._replay_ready,
             BatchWritten: self._batch_written,
             PersistCursor: lambda _: self.cursor_saver.save(),
             GetStats: lambda _: self.stats(),
@@ -614,6 +614,12 @@ class Dispatcher:
         elif self._replay_timer is None or self._replay_timer.done:
             tell = self.actor_ref.tell
             self._replay_timer = self.call_later(delay_ms / 1000, lambda: tell(ReplayReady()))
+
+    def _replay_ready(self, _message: ReplayReady) -> None:
+        """A strategy's delayed wake-up: what it held may go out (and Failover's hold over,
+        its change is announced)."""
+        self._announce_active(None)
+        self._wake_for_replay()
 
     def _wake_for_delayed(self, delay_ms: float) -> None:
         """The delay tracker's next entry is due after ``delay_ms``: a timer of its own (so

@@ -112,6 +112,11 @@ class Settings:
         "a plain topic, instead of by the partition's index.",
         alias="activeConsumerFailoverConsistentHashing",
     )
+    active_consumer_failover_delay_time_millis: int = setting(
+        1000, "Failover: how long (ms) a new active consumer waits before delivery starts, "
+        "so the old one's acks land first; 0 switches at once.",
+        alias="activeConsumerFailoverDelayTimeMillis", minimum=0,
+    )
     dispatcher_retry_backoff_initial_time_ms: int = setting(
         1, "First delay (ms) before reading again after a pass that dispatched nothing.",
         alias="dispatcherRetryBackoffInitialTimeInMs", minimum=0,

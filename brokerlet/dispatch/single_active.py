@@ -8,11 +8,16 @@ spread over the consumers; any other topic (and every partition, with
 ``active_consumer_failover_consistent_hashing``) puts each of them on a hash ring
 (`RING_REPLICAS` points each) and makes the owner of the first point at or after the
 topic name's hash active, so the topics of a namespace spread too. When a new consumer
-takes over, the old active consumer's unacked entries move to it.
+takes over, the old active consumer's unacked entries move to it. Failover then holds
+every delivery for ``active_consumer_failover_delay_time_millis`` (the first consumer's too,
+as Pulsar's ``scheduleReadOnActiveConsumer`` does), so acks still on their way from the old
+active consumer land before its entries go out again; the change is announced when the
+hold ends.
 """
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -20,7 +25,7 @@ from typing import NamedTuple
 from brokerlet.actors.errors import BrokerError
 from brokerlet.dispatch.consumer import Consumer
 from brokerlet.dispatch.delivery import DeliveryBook
-from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, InOrderChunks
+from brokerlet.dispatch.strategy import EXCLUSIVE, FAILOVER, InOrderChunks, WakeAfter
 from brokerlet.keyshared.hashing import sticky_key_hash
 
 __all__ = ["NO_PLACEMENT", "RING_REPLICAS", "Placement", "SingleActiveStrategy", "ring_pick"]
@@ -68,12 +73,24 @@ def ring_pick(names: Sequence[str], topic_hash: int) -> int:
 
 class SingleActiveStrategy(InOrderChunks):
     def __init__(
-        self, book: DeliveryBook, sub_type: int, placement: Placement = NO_PLACEMENT
+        self,
+        book: DeliveryBook,
+        sub_type: int,
+        placement: Placement = NO_PLACEMENT,
+        *,
+        hold_ms: int = 0,
+        wake_after: WakeAfter | None = None,
     ) -> None:
+        """``hold_ms``: Failover's hold after each change of the active consumer;
+        ``wake_after`` asks the dispatcher for a pass once it is over."""
         super().__init__(book, sub_type)
         self.placement = placement
         self.active: Consumer | None = None
         self._announced: Consumer | None = None  # the active consumer everyone was told of
+        self.hold_ms = hold_ms if sub_type == FAILOVER and wake_after is not None else 0
+        self._wake_after = wake_after
+        self._held_until = 0.0  # monotonic end of the hold; 0.0 for none
+        self._changed = False  # whether the last membership change moved the pick
 
     def add(self, consumer: Consumer) -> None:
         super().add(consumer)
@@ -86,9 +103,25 @@ class SingleActiveStrategy(InOrderChunks):
         previous = self.active
         consumers = self.book.consumers
         self.active = self._pick(consumers)
-        if previous is not None and previous is not self.active and previous in consumers:
+        self._changed = self.active is not previous
+        if self._changed and self.active is not None and self.hold_ms and not self.holding:
+            self._held_until = time.monotonic() + self.hold_ms / 1000
+            self._wake_at_hold_end()
+        if previous is not None and self._changed and previous in consumers:
             return previous  # its unacked entries move to the new active consumer
         return None
+
+    @property
+    def holding(self) -> bool:
+        """Whether Failover's hold after a change is on: nothing goes out meanwhile."""
+        if self._held_until and time.monotonic() >= self._held_until:
+            self._held_until = 0.0
+        return self._held_until != 0.0
+
+    def _wake_at_hold_end(self) -> None:
+        # At least 1 ms: the wake-up must come by the timer, whose pass announces the change.
+        if self._wake_after is not None:
+            self._wake_after(max(1.0, (self._held_until - time.monotonic()) * 1000))
 
     def _pick(self, consumers: Sequence[Consumer]) -> Consumer | None:
         if not consumers:
@@ -109,6 +142,8 @@ class SingleActiveStrategy(InOrderChunks):
         if self.sub_type != FAILOVER:
             return []
         active = self.active
+        if self.holding:  # a change is told when the hold ends; a joiner that made none, now
+            return [(added, added is active)] if added is not None and not self._changed else []
         if active is not self._announced:
             self._announced = active
             return [(c, c is active) for c in self.book.consumers]
@@ -117,14 +152,19 @@ class SingleActiveStrategy(InOrderChunks):
         return []
 
     def candidates(self) -> Sequence[Consumer]:
-        return () if self.active is None else (self.active,)
+        if self.active is None:
+            return ()
+        if self.holding:
+            self._wake_at_hold_end()  # this pass found the hold on: the next comes at its end
+            return ()
+        return (self.active,)
 
     def chunk(self, count: int) -> int:
         return count
 
     def next_consumer(self) -> Consumer | None:
         active = self.active
-        if active is not None and self.book.available(active):
+        if active is not None and self.book.available(active) and not self.holding:
             return active
         return None
 

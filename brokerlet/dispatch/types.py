@@ -26,7 +26,13 @@ def strategy_for(
     ``placement``: where the topic sits, for Failover's pick."""
     sub_type = first.sub_type
     if sub_type in (EXCLUSIVE, FAILOVER):
-        return SingleActiveStrategy(book, sub_type, placement)
+        return SingleActiveStrategy(
+            book,
+            sub_type,
+            placement,
+            hold_ms=settings.active_consumer_failover_delay_time_millis,
+            wake_after=wake_after,
+        )
     if sub_type == KEY_SHARED:
         meta = first.key_shared or KeySharedMeta()
         return KeySharedStrategy(book, meta, settings, wake_after)
