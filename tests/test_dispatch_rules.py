@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import gevent.event
@@ -292,14 +293,6 @@ def test_failover_partitions_take_the_ring_with_consistent_hashing() -> None:
     assert by_ring != by_index
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
 def test_failover_holds_delivery_after_each_change_and_tells_of_it_at_the_end(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -307,8 +300,8 @@ def test_failover_holds_delivery_after_each_change_and_tells_of_it_at_the_end(
     # activeConsumerFailoverDelayTimeMillis the read (and the notices) wait after every
     # change of the active consumer, the first one's included; a new change meanwhile does
     # not restart the wait.
-    clock = _Clock()
-    monkeypatch.setattr(single_active, "time", clock)
+    clock = SimpleNamespace(now=100.0)
+    monkeypatch.setattr(single_active, "time", SimpleNamespace(monotonic=lambda: clock.now))
     wakes: list[float] = []
     book = make_book()
     strategy = SingleActiveStrategy(
