@@ -185,6 +185,18 @@ def test_failover_ranks_by_priority_then_name_and_moves_pending() -> None:
     assert strategy.active.name == "first"
 
 
+def _active_name(topic: str, names: list[str], partition: int = -1, **settings: bool) -> str:
+    """Which of ``names`` Failover makes active on ``topic`` (one priority level)."""
+    book = make_book()
+    placement = Placement.of(topic, partition, **settings)
+    strategy = SingleActiveStrategy(book, FAILOVER, placement)
+    for name in names:
+        join(book, name, FAILOVER)
+    strategy.membership_changed()
+    assert strategy.active is not None
+    return strategy.active.name
+
+
 @pytest.mark.parametrize(
     ("partition", "names", "active"),
     [
@@ -198,14 +210,8 @@ def test_failover_spreads_the_partitions_of_a_partitioned_topic(
 ) -> None:
     # AbstractDispatcherSingleActiveConsumer.pickAndScheduleActiveConsumer: consumers sorted
     # by priority level and name, a partition's active one at its index modulo their count.
-    book = make_book()
-    placement = Placement.of(f"persistent://public/default/t-partition-{partition}", partition)
-    strategy = SingleActiveStrategy(book, FAILOVER, placement)
-    for name in names:
-        join(book, name, FAILOVER)
-    strategy.membership_changed()
-    assert strategy.active is not None
-    assert strategy.active.name == active
+    topic = f"persistent://public/default/t-partition-{partition}"
+    assert _active_name(topic, names, partition) == active
 
 
 def test_failover_spreads_partitions_over_the_highest_priority_level_only() -> None:
@@ -225,17 +231,6 @@ def test_failover_spreads_partitions_over_the_highest_priority_level_only() -> N
     assert strategy.active.name == "low"
 
 
-def _ring_active(topic: str, names: list[str], partition: int = -1, **settings: bool) -> str:
-    book = make_book()
-    placement = Placement.of(topic, partition, **settings)
-    strategy = SingleActiveStrategy(book, FAILOVER, placement)
-    for name in names:
-        join(book, name, FAILOVER)
-    strategy.membership_changed()
-    assert strategy.active is not None
-    return strategy.active.name
-
-
 def test_failover_on_a_plain_topic_reads_a_ring_of_the_consumer_names() -> None:
     # AbstractDispatcherSingleActiveConsumer: 100 points per consumer, murmur3 (31 bits) of
     # consumerName + j; the owner of the first point at or after murmur3 of the topic's
@@ -249,22 +244,22 @@ def test_failover_on_a_plain_topic_reads_a_ring_of_the_consumer_names() -> None:
         topic = f"persistent://public/default/ring-{index}"
         at = mmh3.hash(topic.encode()) & 0x7FFFFFFF
         expected = owners[next((p for p in points if p >= at), points[0])]
-        assert _ring_active(topic, names) == expected
-        assert _ring_active(topic, names[::-1]) == expected  # whatever the joining order
+        assert _active_name(topic, names) == expected
+        assert _active_name(topic, names[::-1]) == expected  # whatever the joining order
     assert ring_pick(names, points[-1] + 1) == names.index(owners[points[0]])  # wraps
 
 
 def test_failover_ring_spreads_topics_and_keeps_the_active_one_when_another_leaves() -> None:
     names = ["alpha", "bravo", "charlie"]
     topics = [f"persistent://public/default/spread-{i}" for i in range(300)]
-    picks = {topic: _ring_active(topic, names) for topic in topics}
+    picks = {topic: _active_name(topic, names) for topic in topics}
     shares = [sum(1 for name in picks.values() if name == n) for n in names]
     assert all(share > 50 for share in shares), shares  # 100 each, give or take
     for topic, active in picks.items():
         # Consistent hashing: only the consumers whose points go away lose topics.
         others = [n for n in names if n != active]
-        assert _ring_active(topic, [active, others[0]]) == active
-        assert _ring_active(topic, [*names, "delta"]) in (active, "delta")
+        assert _active_name(topic, [active, others[0]]) == active
+        assert _active_name(topic, [*names, "delta"]) in (active, "delta")
 
 
 def test_failover_partitions_take_the_ring_with_consistent_hashing() -> None:
@@ -272,13 +267,13 @@ def test_failover_partitions_take_the_ring_with_consistent_hashing() -> None:
     # partition's pick no longer follows its index.
     names = ["a", "b", "c"]
     by_ring = [
-        _ring_active(
+        _active_name(
             f"persistent://public/default/p-partition-{i}", names, i, consistent_hashing=True
         )
         for i in range(30)
     ]
     by_index = [
-        _ring_active(f"persistent://public/default/p-partition-{i}", names, i) for i in range(30)
+        _active_name(f"persistent://public/default/p-partition-{i}", names, i) for i in range(30)
     ]
     assert by_index == [names[i % 3] for i in range(30)]
     assert by_ring == [

@@ -274,7 +274,14 @@ def _consume(
                 request_id = next(request_ids)
                 requests[request_id] = consumer
                 connections[consumer.connection].send_command(
-                    _subscribe(schedule, consumer, request_id)
+                    RawClient.subscribe_command(
+                        consumer.topic,
+                        consumer.subscription,
+                        consumer.consumer_id,
+                        request_id=request_id,
+                        sub_type=consumer.sub_type,
+                        consumer_name=consumer.name,
+                    )
                 )
         for index, connection in enumerate(connections):
             if now < paused_until[index]:
@@ -364,19 +371,6 @@ def _negative_ack(consumer_id: int, entry: tuple[int, int]) -> pb.BaseCommand:
         message_ids=[pb.MessageIdData(ledger_id=ledger_id, entry_id=entry_id)],
     )
     return T(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES, redeliver_unacknowledged_messages=again)
-
-
-def _subscribe(schedule: Schedule, consumer: Consumer, request_id: int) -> pb.BaseCommand:
-    subscribe = pb.CommandSubscribe(
-        topic=consumer.topic,
-        subscription=consumer.subscription,
-        sub_type=consumer.sub_type,  # type: ignore[arg-type]
-        consumer_id=consumer.consumer_id,
-        request_id=request_id,
-        initial_position=SUB.Earliest,
-        consumer_name=consumer.name,
-    )
-    return T(type=T.SUBSCRIBE, subscribe=subscribe)
 
 
 @pytest.mark.timeout(DEADLINE_SECONDS + 20)

@@ -89,7 +89,7 @@ class SingleActiveStrategy(InOrderChunks):
         self._announced: Consumer | None = None  # the active consumer everyone was told of
         self.hold_ms = hold_ms if sub_type == FAILOVER and wake_after is not None else 0
         self._wake_after = wake_after
-        self._held_until = 0.0  # monotonic end of the hold; 0.0 for none
+        self._held_until = 0.0  # monotonic end of the last hold; 0.0 for none yet
         self._changed = False  # whether the last membership change moved the pick
 
     def add(self, consumer: Consumer) -> None:
@@ -114,9 +114,7 @@ class SingleActiveStrategy(InOrderChunks):
     @property
     def holding(self) -> bool:
         """Whether Failover's hold after a change is on: nothing goes out meanwhile."""
-        if self._held_until and time.monotonic() >= self._held_until:
-            self._held_until = 0.0
-        return self._held_until != 0.0
+        return self._held_until != 0.0 and time.monotonic() < self._held_until
 
     def _wake_at_hold_end(self) -> None:
         # At least 1 ms: the wake-up must come by the timer, whose pass announces the change.

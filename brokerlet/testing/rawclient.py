@@ -260,7 +260,33 @@ class RawClient:
         consumer_name: str = "",
         priority_level: int = 0,
     ) -> None:
-        """Subscribe and wait for the broker's SUCCESS.
+        """Subscribe and wait for the broker's SUCCESS (`subscribe_command`'s arguments)."""
+        command = self.subscribe_command(
+            topic,
+            subscription,
+            consumer_id,
+            request_id=self._request_id(),
+            initial_position=initial_position,
+            sub_type=sub_type,
+            consumer_name=consumer_name,
+            priority_level=priority_level,
+        )
+        self.send_command(command)
+        self.expect(T.SUCCESS)
+
+    @staticmethod
+    def subscribe_command(
+        topic: str,
+        subscription: str,
+        consumer_id: int,
+        *,
+        request_id: int,
+        initial_position: int = pb.CommandSubscribe.Earliest,
+        sub_type: int = pb.CommandSubscribe.Exclusive,
+        consumer_name: str = "",
+        priority_level: int = 0,
+    ) -> pb.BaseCommand:
+        """The SUBSCRIBE command, for a test that sends it without waiting for the answer.
 
         ``consumer_name`` and ``priority_level`` go on the wire only when given.
         """
@@ -269,15 +295,14 @@ class RawClient:
             subscription=subscription,
             sub_type=sub_type,  # type: ignore[arg-type]
             consumer_id=consumer_id,
-            request_id=self._request_id(),
+            request_id=request_id,
             initial_position=initial_position,  # type: ignore[arg-type]
         )
         if consumer_name:
             subscribe.consumer_name = consumer_name
         if priority_level:
             subscribe.priority_level = priority_level
-        self.send_command(T(type=T.SUBSCRIBE, subscribe=subscribe))
-        self.expect(T.SUCCESS)
+        return T(type=T.SUBSCRIBE, subscribe=subscribe)
 
     def flow(self, consumer_id: int, permits: int) -> None:
         """Grant a consumer ``permits`` more messages."""
