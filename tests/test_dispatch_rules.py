@@ -319,8 +319,12 @@ def test_failover_holds_delivery_after_each_change_and_tells_of_it_at_the_end(
     assert deliver.batches == []
     clock.now += 0.6
     assert not strategy.holding
-    assert strategy.candidates() == (second,)
+    # A pass between the hold's end and its timer's (which announces) delivers nothing yet:
+    # Pulsar tells of the change before the read it schedules.
+    assert strategy.candidates() == ()
+    assert strategy.next_consumer() is None
     assert dict(strategy.active_notices(None)) == {second: True, first: False}
+    assert strategy.candidates() == (second,)
     third = join(book, "c", FAILOVER)  # no change: hears at once who is active
     assert strategy.membership_changed() is None
     assert strategy.active_notices(third) == [(third, False)]

@@ -116,6 +116,12 @@ class SingleActiveStrategy(InOrderChunks):
         """Whether Failover's hold after a change is on: nothing goes out meanwhile."""
         return self._held_until != 0.0 and time.monotonic() < self._held_until
 
+    @property
+    def _waiting(self) -> bool:
+        """Whether delivery waits: the hold is on, or over with its change not yet told (a
+        pass before the timer's must not deliver ahead of the ACTIVE_CONSUMER_CHANGE)."""
+        return self.holding or (self.hold_ms != 0 and self.active is not self._announced)
+
     def _wake_at_hold_end(self) -> None:
         # At least 1 ms: the wake-up must come by the timer, whose pass announces the change.
         if self._wake_after is not None:
@@ -152,7 +158,7 @@ class SingleActiveStrategy(InOrderChunks):
     def candidates(self) -> Sequence[Consumer]:
         if self.active is None:
             return ()
-        if self.holding:
+        if self._waiting:
             self._wake_at_hold_end()  # this pass found the hold on: the next comes at its end
             return ()
         return (self.active,)
@@ -162,7 +168,7 @@ class SingleActiveStrategy(InOrderChunks):
 
     def next_consumer(self) -> Consumer | None:
         active = self.active
-        if active is not None and self.book.available(active) and not self.holding:
+        if active is not None and self.book.available(active) and not self._waiting:
             return active
         return None
 
