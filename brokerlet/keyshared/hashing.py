@@ -81,13 +81,16 @@ def _murmur3_pure(key: bytes | str, seed: int = 0, signed: Any = True) -> int:
 
 
 try:
-    from mmh3 import hash as _murmur3
+    from mmh3 import hash as _mmh3_hash
 except ImportError:  # pragma: no cover - only where mmh3 is missing
-    _murmur3 = _murmur3_pure
+    _mmh3_hash = _murmur3_pure
 
-# One definition each, whichever _murmur3 is: mypyc compiles no function defined twice.
-# A signed hash has the same low 31 bits as the unsigned one, and a call without the
-# optional arguments is the cheaper one.
+# Final: compiled, a call reads a C static rather than the module's dict. One definition
+# of each function below, whichever hash this is: mypyc compiles no function defined
+# twice. A signed hash has the same low 31 bits as the unsigned one, and a call without
+# the optional arguments is the cheaper one.
+_murmur3: Final = _mmh3_hash
+_isascii: Final = bytes.isascii  # called unbound: no method lookup per key
 
 
 def murmur3_32(data: bytes, seed: int = 0) -> int:
@@ -127,7 +130,7 @@ def plain_key_hash(key: bytes) -> int:
         or none, which route differently) and for a key that is not ASCII, which
         dispatch reads as protobuf does.
     """
-    if key and key.isascii():
+    if key and _isascii(key):
         return _murmur3(key) & _MASK_31 or 1  # one call: once per keyed SEND
     return 0
 
