@@ -106,7 +106,10 @@ def protobuf_key_hash(entry: Entry) -> int:
 def _kept_hashes(entries: list[Entry]) -> tuple[list[int], bool]:
     """The hashes kept with ``entries``, and whether each has one (nearly every keyed read
     ends here). Typed: compiled, a third cheaper than ``map`` and ``min``."""
-    hashes = [entry.key_hash for entry in entries]
+    # Each entry's own int goes into the list: read by type, compiled code would unbox
+    # it and box a new one (an allocation an entry), read untyped it is only referenced.
+    rows: list[tuple[Any, ...]] = entries  # type: ignore[assignment]
+    hashes: list[int] = [row[5] for row in rows]
     for h in hashes:
         if h <= 0:
             return hashes, False
