@@ -52,6 +52,7 @@ MODULES = (
     "brokerlet.keyshared.selectors",
     "brokerlet.producers.appends",
     "brokerlet.storage.cursor",
+    "brokerlet.transport.channel",
 )
 
 PURE_PYTHON_VARIABLE = "BROKERLET_PURE_PYTHON"

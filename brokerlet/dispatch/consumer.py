@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from brokerlet.actors.dispatcher import DispatcherActor
     from brokerlet.actors.eventloop import EventLoopActor
     from brokerlet.keyshared import KeySharedMeta
-    from brokerlet.transport.channel import Channel
+    from brokerlet.transport.channel import ChannelLike
 
 __all__ = ["ConnectionHandle", "Consumer"]
 
@@ -47,7 +47,7 @@ class ConnectionHandle:
     def __init__(
         self,
         peer: str,
-        channel: Channel,
+        channel: ChannelLike,
         event_loop: pykka.ActorRef[EventLoopActor],  # owns this channel's I/O tasks
         *,
         actor: pykka.ActorRef[ConnectionActor] | None = None,  # for broker-initiated closes

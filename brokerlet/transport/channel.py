@@ -41,6 +41,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
+from typing import Protocol
 
 import gevent
 import gevent.event
@@ -51,6 +52,7 @@ __all__ = [
     "BytesLike",
     "Channel",
     "ChannelClosed",
+    "ChannelLike",
     "ChannelStatistics",
     "WriteCallback",
     "is_tls_socket",
@@ -105,6 +107,29 @@ class ChannelStatistics:
     bytes_written: int
     writes: int
     closed: bool
+
+
+class ChannelLike(Protocol):
+    """What the actors use of a connection's channel: a `Channel`, or a test's fake.
+
+    Compiled, `Channel` is a native class, whose type compiled code checks at runtime where
+    it is declared; the connection's handle declares this instead (dispatch's tests hand it
+    fakes that only know writability).
+    """
+
+    @property
+    def writable(self) -> bool: ...
+
+    @property
+    def send_blocked(self) -> bool: ...
+
+    def write(
+        self, data: BytesLike | Sequence[BytesLike], callback: WriteCallback | None = None
+    ) -> None: ...
+
+    def close(self, exc: BaseException | None = None) -> None: ...
+
+    def statistics(self) -> ChannelStatistics: ...
 
 
 class _PendingWrite:
