@@ -53,6 +53,7 @@ MODULES = (
     "brokerlet.producers.appends",
     "brokerlet.storage.cursor",
     "brokerlet.transport.channel",
+    "brokerlet.actors._inbox",
 )
 
 PURE_PYTHON_VARIABLE = "BROKERLET_PURE_PYTHON"

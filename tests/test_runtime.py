@@ -13,12 +13,11 @@ import gevent.event
 import pykka
 import pytest
 
+from brokerlet.actors._inbox import FairInbox, take_turn
 from brokerlet.actors._runtime import (
-    FairInbox,
     GeventActor,
     GeventFuture,
     HandlerTimeout,
-    take_turn,
     timeout_after,
 )
 

@@ -19,7 +19,8 @@ import gevent
 import gevent.event
 import gevent.queue
 
-from brokerlet.actors._runtime import FairInbox, GeventActor
+from brokerlet.actors._inbox import FairInbox
+from brokerlet.actors._runtime import GeventActor
 
 __all__ = ["main"]
 

@@ -28,13 +28,11 @@ Pitfalls:
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
 import queue
 import sys
 import threading
-import time
 import uuid
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, cast
 
@@ -43,6 +41,8 @@ import gevent.event
 import pykka
 import pykka.messages
 from pykka._envelope import Envelope
+
+from brokerlet.actors._inbox import FairInbox
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -56,7 +56,6 @@ __all__ = [
     "GeventFuture",
     "GreenletTimer",
     "HandlerTimeout",
-    "take_turn",
     "timeout_after",
 ]
 
@@ -169,101 +168,6 @@ def _raise_exc_info(exc_info: OptExcInfo) -> None:
 
 
 _greenlet_numbers = itertools.count()
-
-
-TIME_SLICE = 0.001
-"""Seconds an actor may keep handling queued messages before it lets the hub run others."""
-
-
-def take_turn() -> None:
-    """Let the sockets that became ready, the timers that fell due and every other greenlet
-    that wants the hub run once, then carry on.
-
-    ``gevent.sleep(0)`` queues the caller behind other callbacks, and gevent runs up to 50
-    callbacks before it next looks at the clock: with a few busy greenlets taking turns that
-    way, a timer or a new socket event waited 50 slices (about 50 ms in `make bench`'s stall
-    probe). A zero timer resumes the caller in the loop's next pass over its watchers
-    instead, so the wait for anything else is one turn of each busy greenlet.
-
-    The timer is due now, not at the loop's cached time: libev runs expired timers in order
-    of expiry, and one due when the iteration began would jump ahead of every timer that
-    fell due since, which then waited a second round of turns.
-    """
-    hub = gevent.get_hub()
-    hub.loop.update_now()
-    with hub.loop.timer(0.0) as turn:
-        hub.wait(turn)
-
-
-class FairInbox:
-    """An actor's inbox: the items, the actor's greenlet while it waits, and turns for a
-    busy actor.
-
-    A put wakes a waiting actor through one loop callback that switches to it. This does
-    what gevent's ``SimpleQueue`` did here at under half its cost per hand-over (2.3 against
-    5.0 µs on the 2-vCPU bench machine, `bench/micro/actor_hop.py`), which matters because a
-    message takes ten or more hand-overs through the broker. It has no capacity, no
-    timeouts and no other readers: only its actor's loop gets from it.
-
-    A hand-over to an actor that already has items needs no switch at all, so an actor with
-    a long queue would hold the hub until the queue is empty: every other actor, reader and
-    timer would wait behind it. After each :data:`TIME_SLICE` of uninterrupted handling, the
-    next ``get`` yields to the hub first.
-    """
-
-    __slots__ = ("_items", "_schedule", "_slice_ends", "_switch_out", "_waiter")
-
-    def __init__(self) -> None:
-        hub = gevent.get_hub()
-        self._items: collections.deque[Any] = collections.deque()
-        self._waiter: Any = None  # the actor's greenlet while it waits for an item
-        self._schedule = hub.loop.run_callback
-        self._switch_out = hub.switch
-        self._slice_ends = 0.0
-
-    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        """Add ``item``; never blocks (``block`` and ``timeout`` are accepted and unused)."""
-        self._items.append(item)
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            self._schedule(waiter.switch)
-
-    def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        """The next item; waits for one (other greenlets run meanwhile) unless ``block`` is
-        False, which raises `queue.Empty` instead. ``timeout`` is not supported."""
-        items = self._items
-        if items:
-            if time.perf_counter() < self._slice_ends:
-                return items.popleft()
-            take_turn()
-        elif not block:
-            raise queue.Empty
-        else:
-            if timeout is not None:
-                raise ValueError("FairInbox.get() has no timeout")
-            self._wait()
-        self._slice_ends = time.perf_counter() + TIME_SLICE
-        return items.popleft()
-
-    def _wait(self) -> None:
-        current = gevent.getcurrent()
-        items = self._items
-        while not items:
-            self._waiter = current
-            try:
-                self._switch_out()
-            finally:
-                if self._waiter is current:  # woken otherwise: killed, say
-                    self._waiter = None
-
-    def empty(self) -> bool:
-        """Whether no item is waiting."""
-        return not self._items
-
-    def qsize(self) -> int:
-        """How many items are waiting."""
-        return len(self._items)
 
 
 class _StoppedFlag(threading.Event):
