@@ -53,7 +53,7 @@ MODULES = (
     "brokerlet.producers.appends",
     "brokerlet.storage.cursor",
     "brokerlet.transport.channel",
-    "brokerlet.actors._inbox",
+    "brokerlet.actors._loop",
 )
 
 PURE_PYTHON_VARIABLE = "BROKERLET_PURE_PYTHON"

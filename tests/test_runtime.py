@@ -13,7 +13,7 @@ import gevent.event
 import pykka
 import pytest
 
-from brokerlet.actors._inbox import FairInbox, take_turn
+from brokerlet.actors._loop import FairInbox, take_turn
 from brokerlet.actors._runtime import (
     GeventActor,
     GeventFuture,

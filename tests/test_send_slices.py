@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from brokerlet import Broker
-from brokerlet.actors._inbox import take_turn
+from brokerlet.actors._loop import take_turn
 from brokerlet.actors.connection import SEND_SLICE
 from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport import server

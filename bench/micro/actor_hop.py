@@ -19,7 +19,7 @@ import gevent
 import gevent.event
 import gevent.queue
 
-from brokerlet.actors._inbox import FairInbox
+from brokerlet.actors._loop import FairInbox
 from brokerlet.actors._runtime import GeventActor
 
 __all__ = ["main"]

@@ -42,7 +42,7 @@ import pykka
 import pykka.messages
 from pykka._envelope import Envelope
 
-from brokerlet.actors._inbox import FairInbox
+from brokerlet.actors._loop import FairInbox, handle_messages
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -222,17 +222,6 @@ class GeventRef(pykka.ActorRef[Any]):
         return future
 
 
-# Pykka's own messages (stop, proxy calls and attributes), which its _handle_receive serves.
-_PYKKA_MESSAGES = frozenset(
-    {
-        pykka.messages._ActorStop,
-        pykka.messages.ProxyCall,
-        pykka.messages.ProxyGetAttr,
-        pykka.messages.ProxySetAttr,
-    }
-)
-
-
 class GeventActor(pykka.Actor):
     """A `pykka.Actor` whose loop runs in its own greenlet.
 
@@ -270,35 +259,29 @@ class GeventActor(pykka.Actor):
         return GeventFuture()
 
     def _actor_loop_running(self) -> None:
-        get = self.actor_inbox.get
-        stopped = self.actor_stopped
-        while not stopped.stopped:
-            item = get()
-            if item.__class__ is Envelope:
-                message, reply_to = item.message, item.reply_to
-            else:
-                message, reply_to = item, None
-            try:
-                if message.__class__ in _PYKKA_MESSAGES:
-                    response = self._handle_receive(message)
-                else:
-                    response = self.on_receive(message)
-                if reply_to is not None:
-                    reply_to.set(response)
-            except Exception:
-                if reply_to is not None:
-                    pykka_log.info("Exception returned from %s to caller:", self, exc_info=True)
-                    reply_to.set_exception()
-                    continue
-                self._handle_failure(*sys.exc_info())
-                try:
-                    self.on_failure(*sys.exc_info())
-                except Exception:  # a failing on_failure is logged, no more
-                    self._handle_failure(*sys.exc_info())
-            except BaseException as stop_everything:  # Pykka's rule: stop every actor
-                pykka_log.debug("%r in %s. Stopping all actors.", stop_everything, self)
-                self._stop()
-                pykka.ActorRegistry.stop_all()
+        inbox = self.actor_inbox
+        if not isinstance(inbox, FairInbox):
+            raise TypeError(f"{self} has no FairInbox")
+        handle_messages(self, inbox)
+
+    def _failed(self, error: BaseException, reply_to: pykka.Future[Any] | None) -> None:
+        """A handler raised ``error``: an ask gets it back; a tell's `Exception` fails the
+        actor; any other `BaseException` stops every actor (Pykka's rules)."""
+        exc_info = (type(error), error, error.__traceback__)
+        if not isinstance(error, Exception):
+            pykka_log.debug("%r in %s. Stopping all actors.", error, self)
+            self._stop()
+            pykka.ActorRegistry.stop_all()
+            return
+        if reply_to is not None:
+            pykka_log.info("Exception returned from %s to caller:", self, exc_info=exc_info)
+            reply_to.set_exception(exc_info)
+            return
+        self._handle_failure(*exc_info)
+        try:
+            self.on_failure(*exc_info)
+        except Exception as failure:  # a failing on_failure is logged, no more
+            self._handle_failure(type(failure), failure, failure.__traceback__)
 
     def _actor_loop_teardown(self) -> None:
         inbox = self.actor_inbox

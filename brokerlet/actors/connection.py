@@ -30,7 +30,7 @@ import pykka
 
 from brokerlet import __version__
 from brokerlet.actors import stats_reader
-from brokerlet.actors._inbox import take_turn
+from brokerlet.actors._loop import take_turn
 from brokerlet.actors._runtime import GeventActor
 from brokerlet.actors.errors import BrokerError, parsed_topic
 from brokerlet.actors.messages import (

@@ -27,7 +27,7 @@ from gevent import socket
 from gevent.server import StreamServer
 
 from brokerlet.actors._conflate import ConflatedTell
-from brokerlet.actors._inbox import TIME_SLICE, take_turn
+from brokerlet.actors._loop import TIME_SLICE, take_turn
 from brokerlet.actors.broker import BrokerActor
 from brokerlet.actors.connection import ConnectionActor
 from brokerlet.actors.eventloop import EventLoopActor

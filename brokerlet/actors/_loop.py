@@ -1,6 +1,6 @@
-"""An actor's inbox, and the turn a busy greenlet takes: the hand-over every message between
-actors pays, compiled (brokerlet/_compiled.py). `brokerlet.actors._runtime` builds its actors
-on them.
+"""The actors' hot loop: an actor's inbox, the turn a busy greenlet takes, and the loop that
+hands each message to its handler; every message between actors passes here, compiled
+(brokerlet/_compiled.py). `brokerlet.actors._runtime` builds its actors on them.
 """
 
 from __future__ import annotations
@@ -8,11 +8,16 @@ from __future__ import annotations
 import collections
 import queue
 import time
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import gevent
+import pykka.messages
+from pykka._envelope import Envelope
 
-__all__ = ["TIME_SLICE", "FairInbox", "take_turn"]
+if TYPE_CHECKING:
+    from brokerlet.actors._runtime import GeventActor
+
+__all__ = ["TIME_SLICE", "FairInbox", "handle_messages", "take_turn"]
 
 
 TIME_SLICE: Final = 0.001
@@ -108,3 +113,36 @@ class FairInbox:
     def qsize(self) -> int:
         """How many items are waiting."""
         return len(self._items)
+
+
+_ENVELOPE: Final = Envelope  # Final: compiled, a C static rather than a dict lookup per item
+# Pykka's own messages (stop, proxy calls and attributes), which its _handle_receive serves.
+_PYKKA_MESSAGES: Final = frozenset(
+    {
+        pykka.messages._ActorStop,
+        pykka.messages.ProxyCall,
+        pykka.messages.ProxyGetAttr,
+        pykka.messages.ProxySetAttr,
+    }
+)
+
+
+def handle_messages(actor: GeventActor, inbox: FairInbox) -> None:
+    """``actor``'s loop until it stops: each item of ``inbox`` to its handler, an ask's
+    result or exception to its future; a failure goes to the actor's ``_failed``."""
+    stopped = actor.actor_stopped
+    while not stopped.stopped:
+        item = inbox.get()
+        if item.__class__ is _ENVELOPE:
+            message, reply_to = item.message, item.reply_to
+        else:
+            message, reply_to = item, None
+        try:
+            if message.__class__ in _PYKKA_MESSAGES:
+                response = actor._handle_receive(message)
+            else:
+                response = actor.on_receive(message)
+            if reply_to is not None:
+                reply_to.set(response)
+        except BaseException as error:
+            actor._failed(error, reply_to)
