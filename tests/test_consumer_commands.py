@@ -233,6 +233,26 @@ def test_each_ack_with_a_request_id_gets_its_receipt(broker: Broker, topic: str)
     assert stats["subscriptions"]["sub"]["msgBacklog"] == 0
 
 
+def test_a_subscribe_for_a_consumer_id_in_use_is_answered_success(
+    broker: Broker, topic: str
+) -> None:
+    # ServerCnx.handleSubscribe: a client whose SUBSCRIBE timed out sends it again; the
+    # consumer made by the first is kept, and the second is answered SUCCESS.
+    with RawClient(broker.address, timeout=5) as raw:
+        raw.handshake()
+        raw.create_producer(topic, 1)
+        raw.subscribe(topic, "sub", 1)
+        raw.subscribe(topic, "sub", 1)
+        raw.subscribe(topic, "another", 1)  # not looked at, as in Pulsar
+        raw.produce(1, 0, b"once")
+        raw.flow(1, 10)
+        assert [m.payload for m in raw.receive(1, 1)] == [b"once"]
+    stats = broker.topic_stats(topic)
+    assert stats is not None
+    assert list(stats["subscriptions"]) == ["sub"]
+    assert len(stats["subscriptions"]["sub"]["consumers"]) == 1
+
+
 def _consumer_stats(request_id: int, consumer_id: int) -> bytes:
     body = bytes([0x08, request_id, 0x20, consumer_id])
     key = (T.CONSUMER_STATS << 3) | 2

@@ -831,11 +831,14 @@ class ConnectionActor(GeventActor):
         request = command.subscribe
         request_id = request.request_id
         if request.consumer_id in self.consumers:
-            self._error(
-                request_id,
-                pb.ConsumerBusy,
-                f"Consumer id {request.consumer_id} is in use on this connection",
+            # As Pulsar's ServerCnx.handleSubscribe: a consumer made already (a client that
+            # timed out and asked again) is answered SUCCESS, whatever the request names.
+            log.info(
+                "%s: consumer %d exists already; SUBSCRIBE answered as done",
+                self.peer,
+                request.consumer_id,
             )
+            self._success(request_id)
             return
         if not valid_topic_name(request.topic):
             self._error(request_id, pb.InvalidTopicName, f"Invalid topic name {request.topic!r}")
