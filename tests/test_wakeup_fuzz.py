@@ -18,6 +18,7 @@ twenty-sixth pass's parked send was one: see test_backpressure.py).
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import threading
@@ -29,8 +30,14 @@ from typing import Any
 import pytest
 
 from brokerlet import Broker
-from brokerlet.testing.rawclient import RawClient
-from brokerlet.transport.protocol import build_entry, encode_send, pb
+from brokerlet.testing.rawclient import ConnectionClosed, RawClient
+from brokerlet.transport.protocol import (
+    build_entry,
+    decode_payload,
+    encode_send,
+    parse_metadata,
+    pb,
+)
 
 T = pb.BaseCommand
 SUB = pb.CommandSubscribe
@@ -39,6 +46,7 @@ NACKABLE = (SUB.Shared, SUB.Key_Shared)  # the client names messages to redelive
 STALL_SECONDS = 3.0
 CHURN_INTERVAL = 0.25  # mean seconds between consumer closes, when a schedule churns
 DEADLINE_SECONDS = 40.0
+BACKLOG_CHECK_INTERVAL = 0.05  # seconds between asking the broker for a finished topic's backlog
 
 
 def _seeds() -> list[int]:
@@ -58,10 +66,24 @@ class Consumer:
     connection: int
     sub_type: int
     name: str
-    live: bool = True
-    closed: bool = False
+    state: str = "live"  # or closing, waiting (to subscribe again), subscribing
     since_flow: int = 0
-    to_ack: list[tuple[int, int]] = field(default_factory=list)
+    to_ack: list[tuple[int, int, int]] = field(default_factory=list)  # ledger, entry, sequence
+
+
+@dataclass
+class Subscription:
+    """One subscription, as the client sees it.
+
+    A message counts by its sequence id, not where it is stored: a message sent again after
+    the broker closed its producer may be stored twice."""
+
+    topic: str
+    name: str
+    consumers: list[Consumer] = field(default_factory=list)
+    acked: set[int] = field(default_factory=set)  # sequence ids
+    backlog: int | None = None  # the broker's msgBacklog, last asked; None: not asked yet
+    last_progress: float = 0.0
 
 
 @dataclass
@@ -131,49 +153,131 @@ class Schedule:
         )
 
 
-def _publish(address: tuple[str, int], schedule: Schedule, errors: list[BaseException]) -> None:
-    rng = random.Random(schedule.seed * 7919)
-    try:
-        with RawClient(address, timeout=10) as producer:
-            producer.handshake()
-            for producer_id, topic in enumerate(schedule.topics, start=1):
-                producer.create_producer(topic, producer_id)
-            sent = dict.fromkeys(range(1, len(schedule.topics) + 1), 0)
-            outstanding = 0
-            while any(count < schedule.messages for count in sent.values()):
-                producer_id = rng.choice(
-                    [p for p, count in sent.items() if count < schedule.messages]
-                )
-                burst = min(rng.randint(1, 64), schedule.messages - sent[producer_id])
-                frames = []
-                for _ in range(burst):
-                    sequence_id = sent[producer_id]
-                    metadata = pb.MessageMetadata(
-                        producer_name=f"wake-{schedule.seed}",
-                        sequence_id=sequence_id,
-                        publish_time=int(time.time() * 1000),
-                        partition_key=f"key-{rng.randrange(50)}",
-                    )
-                    if rng.random() < schedule.delayed:
-                        metadata.deliver_at_time = metadata.publish_time + rng.randint(1, 300)
-                    entry = build_entry(metadata, b"m" * rng.randint(*schedule.payload_sizes))
-                    header, body = encode_send(producer_id, sequence_id, 1, entry)
-                    frames.append(header + body)
-                    sent[producer_id] += 1
-                producer.send_raw(b"".join(frames))
-                outstanding += burst
-                if rng.random() < 0.3:  # sometimes wait for the receipts: bursts spread out
-                    for _ in range(outstanding):
-                        producer.expect(T.SEND_RECEIPT)
-                    outstanding = 0
-            for _ in range(outstanding):
-                producer.expect(T.SEND_RECEIPT)
-    except BaseException as error:  # reported by the test, not lost on this thread
-        errors.append(error)
+class Publisher:
+    """The producer side, on a thread of its own: publishes every topic's messages in bursts.
 
+    When the broker closes a producer (CLOSE_PRODUCER) or the connection (a SEND for a
+    producer it had closed), it creates the producer again and sends again whatever had no
+    receipt, as the official client does.
+    """
 
-def _owed(schedule: Schedule, received: dict[tuple[str, str], set[int]]) -> list[tuple[str, str]]:
-    return [key for key, got in received.items() if len(got) < schedule.messages]
+    def __init__(self, address: tuple[str, int], schedule: Schedule) -> None:
+        self.address = address
+        self.schedule = schedule
+        self.rng = random.Random(schedule.seed * 7919)
+        self.topics = dict(enumerate(schedule.topics, start=1))  # producer id -> topic
+        self.sent = dict.fromkeys(self.topics, 0)
+        self.unreceipted: dict[int, dict[int, bytes]] = {p: {} for p in self.topics}
+        self.ready: set[int] = set()
+        self.creating: dict[int, int] = {}  # request id -> producer id
+        self.request_ids = itertools.count()
+        self.client: RawClient | None = None
+        self.reconnects = 0
+        self.errors: list[BaseException] = []
+
+    def run(self) -> None:
+        try:
+            self._publish(time.monotonic() + DEADLINE_SECONDS)
+        except BaseException as error:  # reported by the test, not lost on this thread
+            self.errors.append(error)
+        finally:
+            if self.client is not None:
+                self.client.close()
+
+    def __repr__(self) -> str:
+        unreceipted = {p: len(frames) for p, frames in self.unreceipted.items()}
+        return (
+            f"Publisher(sent={self.sent}, unreceipted={unreceipted}, ready={self.ready}, "
+            f"reconnects={self.reconnects})"
+        )
+
+    def _publish(self, deadline: float) -> None:
+        messages = self.schedule.messages
+        while any(n < messages for n in self.sent.values()) or any(self.unreceipted.values()):
+            assert time.monotonic() < deadline, f"publisher out of time: {self}"
+            try:
+                if self.client is None:
+                    self._connect()
+                writable = [p for p in sorted(self.ready) if self.sent[p] < messages]
+                if not writable:
+                    self._read(0.05)
+                    continue
+                self._burst(self.rng.choice(writable))
+                if self.rng.random() < 0.3:  # sometimes wait for the receipts: bursts spread out
+                    while any(self.unreceipted.values()) and time.monotonic() < deadline:
+                        self._read(0.05)
+            except (ConnectionClosed, ConnectionError):
+                assert self.client is not None
+                self.client.close()
+                self.client = None
+
+    def _connect(self) -> None:
+        self.reconnects += any(self.sent.values())
+        self.client = RawClient(self.address, timeout=10)
+        self.client.handshake()
+        self.ready.clear()
+        self.creating.clear()
+        for producer_id in self.topics:
+            self._create(producer_id)
+
+    def _create(self, producer_id: int) -> None:
+        assert self.client is not None
+        request_id = next(self.request_ids)
+        self.creating[request_id] = producer_id
+        self.client.send_command(
+            T(
+                type=T.PRODUCER,
+                producer=pb.CommandProducer(
+                    topic=self.topics[producer_id], producer_id=producer_id, request_id=request_id
+                ),
+            )
+        )
+
+    def _burst(self, producer_id: int) -> None:
+        assert self.client is not None
+        rng, schedule = self.rng, self.schedule
+        burst = min(rng.randint(1, 64), schedule.messages - self.sent[producer_id])
+        frames = []
+        for _ in range(burst):
+            sequence_id = self.sent[producer_id]
+            metadata = pb.MessageMetadata(
+                producer_name=f"wake-{schedule.seed}",
+                sequence_id=sequence_id,
+                publish_time=int(time.time() * 1000),
+                partition_key=f"key-{rng.randrange(50)}",
+            )
+            if rng.random() < schedule.delayed:
+                metadata.deliver_at_time = metadata.publish_time + rng.randint(1, 300)
+            entry = build_entry(metadata, b"m" * rng.randint(*schedule.payload_sizes))
+            header, body = encode_send(producer_id, sequence_id, 1, entry)
+            frames.append(header + body)
+            self.unreceipted[producer_id][sequence_id] = header + body
+            self.sent[producer_id] += 1
+        self.client.send_raw(b"".join(frames))
+
+    def _read(self, timeout: float) -> None:
+        assert self.client is not None
+        try:
+            frame = self.client.recv_frame(timeout)
+        except TimeoutError:
+            return
+        command = frame.command
+        if command.type == T.SEND_RECEIPT:
+            receipt = command.send_receipt
+            self.unreceipted[receipt.producer_id].pop(receipt.sequence_id, None)
+        elif command.type == T.CLOSE_PRODUCER:  # an unload: create it again
+            producer_id = command.close_producer.producer_id
+            self.ready.discard(producer_id)
+            if producer_id not in self.creating.values():
+                self._create(producer_id)
+        elif command.type == T.PRODUCER_SUCCESS:
+            producer_id = self.creating.pop(command.producer_success.request_id)
+            self.ready.add(producer_id)
+            again = self.unreceipted[producer_id]
+            if again:  # stored or not, no receipt came: the official client sends them again
+                self.client.send_raw(b"".join(again[s] for s in sorted(again)))
+        else:
+            raise AssertionError(f"publisher got {command}")
 
 
 def run_schedule(schedule: Schedule, data_dir: Path) -> None:
@@ -193,175 +297,237 @@ def run_schedule(schedule: Schedule, data_dir: Path) -> None:
             RawClient(broker.address, timeout=10, rcvbuf=rng.choice([4096, 16384])) for _ in (0, 1)
         ]
         try:
-            consumers: dict[int, Consumer] = {}
+            subscriptions = [Subscription(t, s) for t, s, _, _ in schedule.subscriptions]
+            consumer_id = itertools.count(1)
             for connection in connections:
                 connection.handshake()
-            for topic, name, kind, count in schedule.subscriptions:
+            for subscription, (topic, name, kind, count) in zip(
+                subscriptions, schedule.subscriptions, strict=True
+            ):
                 for index in range(count):
-                    consumer_id = len(consumers) + 1
-                    connection = rng.randrange(2)
-                    connections[connection].subscribe(
+                    consumer = Consumer(
+                        next(consumer_id),
                         topic,
                         name,
-                        consumer_id,
-                        sub_type=TYPES.get(kind, SUB.Exclusive),
-                        consumer_name=f"{name}-{index}",
-                    )
-                    consumers[consumer_id] = Consumer(
-                        consumer_id,
-                        topic,
-                        name,
-                        rng.choice([1, 5, 20, 100, 1000]),
-                        connection,
+                        0,
+                        rng.randrange(2),
                         TYPES.get(kind, SUB.Exclusive),
                         f"{name}-{index}",
                     )
-            for consumer in consumers.values():
-                connections[consumer.connection].flow(consumer.consumer_id, consumer.queue)
+                    connections[consumer.connection].subscribe(
+                        topic,
+                        name,
+                        consumer.consumer_id,
+                        sub_type=consumer.sub_type,
+                        consumer_name=consumer.name,
+                    )
+                    consumer.queue = rng.choice([1, 5, 20, 100, 1000])
+                    subscription.consumers.append(consumer)
+            for subscription in subscriptions:
+                for consumer in subscription.consumers:
+                    connections[consumer.connection].flow(consumer.consumer_id, consumer.queue)
 
-            errors: list[BaseException] = []
-            publisher = threading.Thread(
-                target=_publish, args=(broker.address, schedule, errors), daemon=True
-            )
-            publisher.start()
-            received = {(t, s): set[int]() for t, s, _, _ in schedule.subscriptions}
-            _consume(schedule, rng, connections, consumers, received, broker)
-            publisher.join(timeout=10)
-            assert not errors, errors
+            publisher = Publisher(broker.address, schedule)
+            thread = threading.Thread(target=publisher.run, daemon=True)
+            thread.start()
+            Client(schedule, rng, connections, subscriptions, broker, publisher, thread).run()
+            thread.join(timeout=10)
+            assert not publisher.errors, publisher.errors
         finally:
             for connection in connections:
                 connection.close()
 
 
-def _consume(
-    schedule: Schedule,
-    rng: random.Random,
-    connections: list[RawClient],
-    consumers: dict[int, Consumer],
-    received: dict[tuple[str, str], set[int]],
-    broker: Broker,
-) -> None:
-    paused_until = [0.0, 0.0]
-    requests: dict[int, Consumer] = {}  # request id -> the consumer closing or subscribing
-    resubscribe: list[tuple[float, Consumer]] = []
-    request_ids = iter(range(1_000_000, 2_000_000))
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    last_progress = dict.fromkeys(received, time.monotonic())  # per subscription
-    previous = time.monotonic()
-    while _owed(schedule, received):
-        now = time.monotonic()
-        elapsed, previous = now - previous, now
-        assert now < deadline, "out of time; " + _state(
-            schedule, consumers, received, broker, requests
-        )
-        if schedule.churn and rng.random() < elapsed / CHURN_INTERVAL:
-            live = [c for c in consumers.values() if c.live]
-            if live:
-                consumer = rng.choice(live)
-                consumer.live = False
-                consumer.to_ack.clear()  # never acked: the broker delivers them again
-                request_id = next(request_ids)
-                requests[request_id] = consumer
-                close = pb.CommandCloseConsumer(
-                    consumer_id=consumer.consumer_id, request_id=request_id
-                )
-                connections[consumer.connection].send_command(
-                    T(type=T.CLOSE_CONSUMER, close_consumer=close)
-                )
-        for when, consumer in list(resubscribe):
-            if when <= now:
-                resubscribe.remove((when, consumer))
-                request_id = next(request_ids)
-                requests[request_id] = consumer
-                connections[consumer.connection].send_command(
-                    RawClient.subscribe_command(
-                        consumer.topic,
-                        consumer.subscription,
-                        consumer.consumer_id,
-                        request_id=request_id,
-                        sub_type=consumer.sub_type,
-                        consumer_name=consumer.name,
+class Client:
+    """The consumer side: every subscription's consumers, on two connections."""
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        rng: random.Random,
+        connections: list[RawClient],
+        subscriptions: list[Subscription],
+        broker: Broker,
+        publisher: Publisher,
+        publishing: threading.Thread,
+    ) -> None:
+        self.schedule = schedule
+        self.rng = rng
+        self.connections = connections
+        self.subscriptions = {(s.topic, s.name): s for s in subscriptions}
+        self.consumers = {c.consumer_id: c for s in subscriptions for c in s.consumers}
+        self.broker = broker
+        self.publisher = publisher
+        self.publishing = publishing
+        self.requests: dict[int, tuple[str, Consumer]] = {}  # request id -> what, for whom
+        self.resubscribe: list[tuple[float, Consumer]] = []
+        self.request_ids = itertools.count(1_000_000)
+        self.backlogs_asked = dict.fromkeys(schedule.topics, 0.0)
+
+    def run(self) -> None:
+        paused_until = [0.0, 0.0]
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        previous = time.monotonic()
+        for subscription in self.subscriptions.values():
+            subscription.last_progress = previous
+        while self._owed() or self.publishing.is_alive():
+            now = time.monotonic()
+            elapsed, previous = now - previous, now
+            assert now < deadline, "out of time; " + self.state()
+            if self.schedule.churn and self.rng.random() < elapsed / CHURN_INTERVAL:
+                self._churn()
+            for when, consumer in list(self.resubscribe):
+                if when <= now:
+                    self.resubscribe.remove((when, consumer))
+                    self._subscribe(consumer)
+            for index, connection in enumerate(self.connections):
+                if now < paused_until[index]:
+                    continue
+                if self.rng.random() < self.schedule.pause_chance:
+                    paused_until[index] = now + self.rng.uniform(0.001, self.schedule.longest_pause)
+                    continue
+                self._read(index, connection)
+            now = time.monotonic()
+            for subscription in self._owed():
+                if any(c.state != "live" for c in subscription.consumers):
+                    subscription.last_progress = now  # churning
+                elif now - subscription.last_progress > STALL_SECONDS:
+                    raise AssertionError(
+                        f"nothing for {subscription.topic} {subscription.name} in "
+                        f"{STALL_SECONDS} s while reading; " + self.state()
                     )
-                )
-        for index, connection in enumerate(connections):
-            if now < paused_until[index]:
-                continue
-            if rng.random() < schedule.pause_chance:
-                paused_until[index] = now + rng.uniform(0.001, schedule.longest_pause)
-                continue
-            for _ in range(rng.randint(1, 200)):
-                try:
-                    frame = connection.recv_frame(timeout=0.001)
-                except TimeoutError:  # idle: the acks held back go now (the client's timer)
-                    for consumer in consumers.values():
-                        if consumer.connection == index and consumer.to_ack:
-                            _ack(connection, consumer, received)
-                    break
-                kind = frame.command.type
-                if kind == T.SUCCESS:
-                    consumer = requests.pop(frame.command.success.request_id)
-                    if consumer.live or consumer.closed:  # its SUBSCRIBE: grant the queue
-                        consumer.live, consumer.closed, consumer.since_flow = True, False, 0
-                        connection.flow(consumer.consumer_id, consumer.queue)
-                    else:
-                        consumer.closed = True
-                        resubscribe.append((now + rng.uniform(0, 0.05), consumer))
-                    continue
-                assert kind in (T.MESSAGE, T.ACTIVE_CONSUMER_CHANGE), frame.command
-                if kind != T.MESSAGE:
-                    continue
-                message = frame.command.message
-                consumer = consumers[message.consumer_id]
-                if not consumer.live:
-                    continue  # in flight when it closed: the broker delivers it again
-                last_progress[(consumer.topic, consumer.subscription)] = time.monotonic()
-                entry = (message.message_id.ledger_id, message.message_id.entry_id)
-                consumer.since_flow += 1
-                if consumer.since_flow >= max(1, consumer.queue // 2):
-                    connection.flow(consumer.consumer_id, consumer.since_flow)
-                    consumer.since_flow = 0
-                if consumer.sub_type in NACKABLE and rng.random() < schedule.nacks:
-                    connection.send_command(_negative_ack(consumer.consumer_id, entry))
-                    continue  # counted once it comes back and is acked
-                consumer.to_ack.append(entry)
-                if len(consumer.to_ack) >= rng.randint(1, 20):
-                    _ack(connection, consumer, received)
+
+    def _owed(self) -> list[Subscription]:
+        """Subscriptions with a message not yet acked, by the client's count or the broker's:
+        the broker's backlog is asked only once the client has acked every message."""
         now = time.monotonic()
-        for consumer in [*requests.values(), *(c for _, c in resubscribe)]:
-            last_progress[(consumer.topic, consumer.subscription)] = now  # churning
-        for key in _owed(schedule, received):
-            if now - last_progress[key] > STALL_SECONDS:
-                raise AssertionError(
-                    f"nothing for {key} in {STALL_SECONDS} s while reading; "
-                    + _state(schedule, consumers, received, broker, requests)
-                )
+        owed = []
+        for subscription in self.subscriptions.values():
+            if len(subscription.acked) < self.schedule.messages:
+                subscription.backlog = None
+                owed.append(subscription)
+                continue
+            topic = subscription.topic
+            if (
+                subscription.backlog != 0
+                and now - self.backlogs_asked[topic] > BACKLOG_CHECK_INTERVAL
+            ):
+                self.backlogs_asked[topic] = now
+                stats = self.broker.topic_stats(topic) or {}
+                for name, figures in stats.get("subscriptions", {}).items():
+                    if (topic, name) in self.subscriptions:
+                        self.subscriptions[topic, name].backlog = figures["msgBacklog"]
+            if subscription.backlog != 0:
+                owed.append(subscription)
+        return owed
 
+    def _churn(self) -> None:
+        live = [c for c in self.consumers.values() if c.state == "live"]
+        if live:
+            self._close(self.rng.choice(live))
 
-def _state(
-    schedule: Schedule,
-    consumers: dict[int, Consumer],
-    received: dict[tuple[str, str], set[int]],
-    broker: Broker,
-    requests: dict[int, Consumer],
-) -> str:
-    owed = _owed(schedule, received)
-    unanswered = {request_id: c.consumer_id for request_id, c in requests.items()}
-    return (
-        f"seed {schedule.seed} ({schedule}); unanswered requests {unanswered}; "
-        f"owed {[(key, len(received[key])) for key in owed]}"
-        f" of {schedule.messages}; their consumers "
-        f"{[c for c in consumers.values() if (c.topic, c.subscription) in owed]}; "
-        f"stats { {topic: broker.topic_stats(topic) for topic in schedule.topics} }"
-    )
+    def _close(self, consumer: Consumer) -> None:
+        consumer.state = "closing"
+        consumer.to_ack.clear()  # never acked: the broker delivers them again
+        request_id = self._request("close", consumer)
+        close = pb.CommandCloseConsumer(consumer_id=consumer.consumer_id, request_id=request_id)
+        self.connections[consumer.connection].send_command(
+            T(type=T.CLOSE_CONSUMER, close_consumer=close)
+        )
 
+    def _subscribe(self, consumer: Consumer) -> None:
+        consumer.state = "subscribing"
+        self.connections[consumer.connection].send_command(
+            RawClient.subscribe_command(
+                consumer.topic,
+                consumer.subscription,
+                consumer.consumer_id,
+                request_id=self._request("subscribe", consumer),
+                sub_type=consumer.sub_type,
+                consumer_name=consumer.name,
+            )
+        )
 
-def _ack(
-    connection: RawClient, consumer: Consumer, received: dict[tuple[str, str], set[int]]
-) -> None:
-    for ledger_id, entry_id in consumer.to_ack:
-        connection.ack(consumer.consumer_id, [entry_id], ledger_id)
-        received[(consumer.topic, consumer.subscription)].add(entry_id)
-    consumer.to_ack.clear()
+    def _request(self, what: str, consumer: Consumer) -> int:
+        request_id = next(self.request_ids)
+        self.requests[request_id] = (what, consumer)
+        return request_id
+
+    def _again_soon(self, consumer: Consumer) -> None:
+        """Closed: subscribe again after a while, as the official client reconnects."""
+        consumer.state = "waiting"
+        consumer.to_ack.clear()
+        self.resubscribe.append((time.monotonic() + self.rng.uniform(0, 0.05), consumer))
+
+    def _read(self, index: int, connection: RawClient) -> None:
+        for _ in range(self.rng.randint(1, 200)):
+            try:
+                frame = connection.recv_frame(timeout=0.001)
+            except TimeoutError:  # idle: the acks held back go now (the client's timer)
+                for consumer in self.consumers.values():
+                    if consumer.connection == index and consumer.to_ack:
+                        self._ack(consumer)
+                return
+            command = frame.command
+            if command.type == T.MESSAGE:
+                self._message(connection, frame.command.message, frame.payload)
+            elif command.type == T.SUCCESS:
+                self._answered(*self.requests.pop(command.success.request_id))
+            elif command.type == T.CLOSE_CONSUMER:
+                consumer = self.consumers[command.close_consumer.consumer_id]
+                if consumer.state == "live":  # else closed by the client as well, or before
+                    self._again_soon(consumer)
+            else:
+                assert command.type == T.ACTIVE_CONSUMER_CHANGE, command
+
+    def _answered(self, what: str, consumer: Consumer) -> None:
+        if what == "subscribe":  # grant the queue
+            consumer.state, consumer.since_flow = "live", 0
+            self.connections[consumer.connection].flow(consumer.consumer_id, consumer.queue)
+        else:
+            assert what == "close", what
+            self._again_soon(consumer)
+
+    def _message(
+        self, connection: RawClient, message: pb.CommandMessage, payload: bytes | None
+    ) -> None:
+        consumer = self.consumers[message.consumer_id]
+        if consumer.state != "live":
+            return  # in flight when it closed: the broker delivers it again
+        subscription = self.subscriptions[consumer.topic, consumer.subscription]
+        subscription.last_progress = time.monotonic()
+        assert payload is not None
+        sequence_id = parse_metadata(decode_payload(payload).entry).sequence_id
+        entry = (message.message_id.ledger_id, message.message_id.entry_id)
+        consumer.since_flow += 1
+        if consumer.since_flow >= max(1, consumer.queue // 2):
+            connection.flow(consumer.consumer_id, consumer.since_flow)
+            consumer.since_flow = 0
+        if consumer.sub_type in NACKABLE and self.rng.random() < self.schedule.nacks:
+            connection.send_command(_negative_ack(consumer.consumer_id, entry))
+            return  # counted once it comes back and is acked
+        consumer.to_ack.append((*entry, sequence_id))
+        if len(consumer.to_ack) >= self.rng.randint(1, 20):
+            self._ack(consumer)
+
+    def _ack(self, consumer: Consumer) -> None:
+        connection = self.connections[consumer.connection]
+        acked = self.subscriptions[consumer.topic, consumer.subscription].acked
+        for ledger_id, entry_id, sequence_id in consumer.to_ack:
+            connection.ack(consumer.consumer_id, [entry_id], ledger_id)
+            acked.add(sequence_id)
+        consumer.to_ack.clear()
+
+    def state(self) -> str:
+        unanswered = {r: (what, c.consumer_id) for r, (what, c) in self.requests.items()}
+        owed = self._owed()
+        return (
+            f"seed {self.schedule.seed} ({self.schedule}); unanswered requests {unanswered}; "
+            f"owed {[(s.topic, s.name, len(s.acked), s.backlog) for s in owed]}"
+            f" of {self.schedule.messages}; their consumers "
+            f"{[s.consumers for s in owed]}; {self.publisher}; stats "
+            f"{ {topic: self.broker.topic_stats(topic) for topic in self.schedule.topics} }"
+        )
 
 
 def _negative_ack(consumer_id: int, entry: tuple[int, int]) -> pb.BaseCommand:
