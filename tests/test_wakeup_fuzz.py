@@ -45,6 +45,8 @@ TYPES = {"Shared": SUB.Shared, "Key_Shared": SUB.Key_Shared, "Failover": SUB.Fai
 NACKABLE = (SUB.Shared, SUB.Key_Shared)  # the client names messages to redeliver only there
 STALL_SECONDS = 3.0
 CHURN_INTERVAL = 0.25  # mean seconds between consumer closes, when a schedule churns
+OPS_INTERVAL = 0.3  # mean seconds between seeks (and between unloads, unsubscribes) while due
+EARLIEST = 2**64 - 1  # MessageId.earliest's ledger and entry ids: -1 as the uint64 on the wire
 DEADLINE_SECONDS = 40.0
 BACKLOG_CHECK_INTERVAL = 0.05  # seconds between asking the broker for a finished topic's backlog
 
@@ -82,7 +84,10 @@ class Subscription:
     name: str
     consumers: list[Consumer] = field(default_factory=list)
     acked: set[int] = field(default_factory=set)  # sequence ids
+    acked_entries: set[int] = field(default_factory=set)  # where they were stored
     backlog: int | None = None  # the broker's msgBacklog, last asked; None: not asked yet
+    seen: dict[int, tuple[int, int]] = field(default_factory=dict)  # seek targets:
+    # entry id -> ledger id, publish time
     last_progress: float = 0.0
 
 
@@ -106,6 +111,7 @@ class Schedule:
     storage: dict[str, Any]  # Broker settings: memory, or disk with or without a cache
     limits: dict[str, Any]  # Broker settings: a dispatch rate or an unacked-message limit
     failover_hold_ms: int  # active_consumer_failover_delay_time_millis
+    seeks: int  # how many times a consumer seeks its subscription back
 
     @classmethod
     def draw(cls, seed: int) -> Schedule:
@@ -150,6 +156,7 @@ class Schedule:
                 ]
             ),
             failover_hold_ms=rng.choice([0, 50, 1000]),
+            seeks=rng.choice([0, 0, 2, 4]),
         )
 
 
@@ -363,6 +370,7 @@ class Client:
         self.resubscribe: list[tuple[float, Consumer]] = []
         self.request_ids = itertools.count(1_000_000)
         self.backlogs_asked = dict.fromkeys(schedule.topics, 0.0)
+        self.seeks = schedule.seeks  # still to do
 
     def run(self) -> None:
         paused_until = [0.0, 0.0]
@@ -376,6 +384,8 @@ class Client:
             assert now < deadline, "out of time; " + self.state()
             if self.schedule.churn and self.rng.random() < elapsed / CHURN_INTERVAL:
                 self._churn()
+            if self.seeks and self.rng.random() < elapsed / OPS_INTERVAL:
+                self._seek()
             for when, consumer in list(self.resubscribe):
                 if when <= now:
                     self.resubscribe.remove((when, consumer))
@@ -426,6 +436,36 @@ class Client:
         if live:
             self._close(self.rng.choice(live))
 
+    def _seek(self) -> None:
+        """A live consumer seeks its subscription: to a message it received, or the
+        earliest, by message id or by publish time. The broker closes all its consumers."""
+        live = [c for c in self.consumers.values() if c.state == "live"]
+        if not live:
+            return
+        self.seeks -= 1
+        consumer = self.rng.choice(live)
+        subscription = self.subscriptions[consumer.topic, consumer.subscription]
+        # Only back: a seek acknowledges everything before its target, so the client must
+        # have acked all of that itself for its count to stay honest.
+        acked_below = next(e for e in itertools.count() if e not in subscription.acked_entries)
+        targets = [e for e in subscription.seen if e <= acked_below]
+        seek = pb.CommandSeek(
+            consumer_id=consumer.consumer_id, request_id=self._request("seek", consumer)
+        )
+        how = self.rng.randrange(4)
+        if how == 0 or not targets:
+            seek.message_id.ledger_id = seek.message_id.entry_id = EARLIEST
+        elif how == 1:
+            seek.message_publish_time = 0
+        else:
+            entry_id = self.rng.choice(targets)
+            ledger_id, publish_time = subscription.seen[entry_id]
+            if how == 2:
+                seek.message_id.ledger_id, seek.message_id.entry_id = ledger_id, entry_id
+            else:  # publish times rise with entry ids: the first at this time is no later
+                seek.message_publish_time = publish_time
+        self.connections[consumer.connection].send_command(T(type=T.SEEK, seek=seek))
+
     def _close(self, consumer: Consumer) -> None:
         consumer.state = "closing"
         consumer.to_ack.clear()  # never acked: the broker delivers them again
@@ -473,6 +513,8 @@ class Client:
                 self._message(connection, frame.command.message, frame.payload)
             elif command.type == T.SUCCESS:
                 self._answered(*self.requests.pop(command.success.request_id))
+            elif command.type == T.ERROR:
+                self._refused(command.error)
             elif command.type == T.CLOSE_CONSUMER:
                 consumer = self.consumers[command.close_consumer.consumer_id]
                 if consumer.state == "live":  # else closed by the client as well, or before
@@ -484,9 +526,17 @@ class Client:
         if what == "subscribe":  # grant the queue
             consumer.state, consumer.since_flow = "live", 0
             self.connections[consumer.connection].flow(consumer.consumer_id, consumer.queue)
+        elif what == "seek":
+            pass  # the CLOSE_CONSUMER frames came first and our consumers subscribe again
         else:
             assert what == "close", what
             self._again_soon(consumer)
+
+    def _refused(self, error: pb.CommandError) -> None:
+        what, consumer = self.requests.pop(error.request_id)
+        # Only as a race: the broker had closed the consumer (an unload, another consumer's
+        # seek) before the request came; its CLOSE_CONSUMER makes it subscribe again.
+        assert (what, error.error) == ("seek", pb.ConsumerNotFound), (error, consumer)
 
     def _message(
         self, connection: RawClient, message: pb.CommandMessage, payload: bytes | None
@@ -497,8 +547,11 @@ class Client:
         subscription = self.subscriptions[consumer.topic, consumer.subscription]
         subscription.last_progress = time.monotonic()
         assert payload is not None
-        sequence_id = parse_metadata(decode_payload(payload).entry).sequence_id
+        metadata = parse_metadata(decode_payload(payload).entry)
+        sequence_id = metadata.sequence_id
         entry = (message.message_id.ledger_id, message.message_id.entry_id)
+        if self.seeks:
+            subscription.seen[entry[1]] = (entry[0], metadata.publish_time)
         consumer.since_flow += 1
         if consumer.since_flow >= max(1, consumer.queue // 2):
             connection.flow(consumer.consumer_id, consumer.since_flow)
@@ -512,17 +565,19 @@ class Client:
 
     def _ack(self, consumer: Consumer) -> None:
         connection = self.connections[consumer.connection]
-        acked = self.subscriptions[consumer.topic, consumer.subscription].acked
+        subscription = self.subscriptions[consumer.topic, consumer.subscription]
         for ledger_id, entry_id, sequence_id in consumer.to_ack:
             connection.ack(consumer.consumer_id, [entry_id], ledger_id)
-            acked.add(sequence_id)
+            subscription.acked.add(sequence_id)
+            subscription.acked_entries.add(entry_id)
         consumer.to_ack.clear()
 
     def state(self) -> str:
         unanswered = {r: (what, c.consumer_id) for r, (what, c) in self.requests.items()}
         owed = self._owed()
         return (
-            f"seed {self.schedule.seed} ({self.schedule}); unanswered requests {unanswered}; "
+            f"seed {self.schedule.seed} ({self.schedule}); seeks left {self.seeks}; "
+            f"unanswered requests {unanswered}; "
             f"owed {[(s.topic, s.name, len(s.acked), s.backlog) for s in owed]}"
             f" of {self.schedule.messages}; their consumers "
             f"{[s.consumers for s in owed]}; {self.publisher}; stats "
