@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from brokerlet import Broker
 from brokerlet.testing.rawclient import ConnectionClosed, RawClient
@@ -112,6 +113,7 @@ class Schedule:
     limits: dict[str, Any]  # Broker settings: a dispatch rate or an unacked-message limit
     failover_hold_ms: int  # active_consumer_failover_delay_time_millis
     seeks: int  # how many times a consumer seeks its subscription back
+    unloads: int  # how many times a topic is unloaded (the admin API's unload)
 
     @classmethod
     def draw(cls, seed: int) -> Schedule:
@@ -157,6 +159,7 @@ class Schedule:
             ),
             failover_hold_ms=rng.choice([0, 50, 1000]),
             seeks=rng.choice([0, 0, 2, 4]),
+            unloads=rng.choice([0, 0, 1, 3]),
         )
 
 
@@ -371,6 +374,7 @@ class Client:
         self.request_ids = itertools.count(1_000_000)
         self.backlogs_asked = dict.fromkeys(schedule.topics, 0.0)
         self.seeks = schedule.seeks  # still to do
+        self.unloads = schedule.unloads
 
     def run(self) -> None:
         paused_until = [0.0, 0.0]
@@ -386,6 +390,8 @@ class Client:
                 self._churn()
             if self.seeks and self.rng.random() < elapsed / OPS_INTERVAL:
                 self._seek()
+            if self.unloads and self.rng.random() < elapsed / OPS_INTERVAL:
+                self._unload()
             for when, consumer in list(self.resubscribe):
                 if when <= now:
                     self.resubscribe.remove((when, consumer))
@@ -462,9 +468,22 @@ class Client:
             ledger_id, publish_time = subscription.seen[entry_id]
             if how == 2:
                 seek.message_id.ledger_id, seek.message_id.entry_id = ledger_id, entry_id
-            else:  # publish times rise with entry ids: the first at this time is no later
+            elif not self.schedule.unloads:
+                # Publish times rise with entry ids: the first at this time is no later. Not
+                # so once the publisher sends again after an unload, with the old times.
                 seek.message_publish_time = publish_time
+            else:
+                seek.message_publish_time = 0
         self.connections[consumer.connection].send_command(T(type=T.SEEK, seek=seek))
+
+    def _unload(self) -> None:
+        """Through the admin API: the broker closes the topic's producers and consumers,
+        which create and subscribe again."""
+        self.unloads -= 1
+        topic = self.rng.choice(self.schedule.topics)
+        url = f"{self.broker.web_service_url}/admin/v2/{topic.replace('://', '/')}/unload"
+        response = requests.put(url, timeout=10)
+        assert response.status_code == 204, response.text
 
     def _close(self, consumer: Consumer) -> None:
         consumer.state = "closing"
@@ -576,7 +595,8 @@ class Client:
         unanswered = {r: (what, c.consumer_id) for r, (what, c) in self.requests.items()}
         owed = self._owed()
         return (
-            f"seed {self.schedule.seed} ({self.schedule}); seeks left {self.seeks}; "
+            f"seed {self.schedule.seed} ({self.schedule}); seeks left {self.seeks}, "
+            f"unloads left {self.unloads}; "
             f"unanswered requests {unanswered}; "
             f"owed {[(s.topic, s.name, len(s.acked), s.backlog) for s in owed]}"
             f" of {self.schedule.messages}; their consumers "
