@@ -9,10 +9,14 @@ starts, pausing for random spells, grants permits as the official client does (h
 queue once half is received), acks what it got, and in some schedules asks for some messages
 again, closes and reopens consumers, publishes some messages with a delivery delay, or runs
 under a dispatch rate or an unacked-message limit, with Failover's hold after a change of
-its active consumer at 0, 50 or 1,000 ms. Every subscription must get every message
-acknowledged. A stall is reported when a subscription gets nothing for `STALL_SECONDS`
-although the client reads everything and grants permits: a dispatcher nobody will wake (the
-twenty-sixth pass's parked send was one: see test_backpressure.py).
+its active consumer at 0, 50 or 1,000 ms. Some schedules also seek subscriptions back, unload
+topics (the producer and consumers are closed by the broker and come back, the producer
+sending again what had no receipt) or unsubscribe a subscription and make it again at the
+earliest message. Every subscription must get every message acknowledged, counted by
+sequence id, and the broker must then report no backlog. A stall is reported when a
+subscription gets nothing for `STALL_SECONDS` although the client reads everything and
+grants permits: a dispatcher nobody will wake (the twenty-sixth pass's parked send was one:
+see test_backpressure.py).
 ``WAKEUP_FUZZ_SEEDS=1-200`` runs more schedules.
 """
 
@@ -69,7 +73,8 @@ class Consumer:
     connection: int
     sub_type: int
     name: str
-    state: str = "live"  # or closing, waiting (to subscribe again), subscribing
+    state: str = "live"  # or closing, waiting (to subscribe again), subscribing, or parked:
+    # closed until its subscription is unsubscribed
     since_flow: int = 0
     to_ack: list[tuple[int, int, int]] = field(default_factory=list)  # ledger, entry, sequence
 
@@ -90,6 +95,7 @@ class Subscription:
     seen: dict[int, tuple[int, int]] = field(default_factory=dict)  # seek targets:
     # entry id -> ledger id, publish time
     last_progress: float = 0.0
+    keeper: Consumer | None = None  # unsubscribes once the others are parked
 
 
 @dataclass
@@ -114,6 +120,7 @@ class Schedule:
     failover_hold_ms: int  # active_consumer_failover_delay_time_millis
     seeks: int  # how many times a consumer seeks its subscription back
     unloads: int  # how many times a topic is unloaded (the admin API's unload)
+    unsubscribes: int  # how many times a subscription is deleted and made again
 
     @classmethod
     def draw(cls, seed: int) -> Schedule:
@@ -160,6 +167,7 @@ class Schedule:
             failover_hold_ms=rng.choice([0, 50, 1000]),
             seeks=rng.choice([0, 0, 2, 4]),
             unloads=rng.choice([0, 0, 1, 3]),
+            unsubscribes=rng.choice([0, 0, 1, 2]),
         )
 
 
@@ -302,6 +310,12 @@ def run_schedule(schedule: Schedule, data_dir: Path) -> None:
         **schedule.storage,
         **schedule.limits,
         active_consumer_failover_delay_time_millis=schedule.failover_hold_ms,
+        # A subscription made again at the earliest message owes every one: keep them all.
+        **(
+            {"default_retention_time_in_minutes": -1, "default_retention_size_in_mb": -1}
+            if schedule.unsubscribes
+            else {}
+        ),
     ) as broker:
         connections = [
             RawClient(broker.address, timeout=10, rcvbuf=rng.choice([4096, 16384])) for _ in (0, 1)
@@ -375,6 +389,7 @@ class Client:
         self.backlogs_asked = dict.fromkeys(schedule.topics, 0.0)
         self.seeks = schedule.seeks  # still to do
         self.unloads = schedule.unloads
+        self.unsubscribes = schedule.unsubscribes
 
     def run(self) -> None:
         paused_until = [0.0, 0.0]
@@ -392,6 +407,8 @@ class Client:
                 self._seek()
             if self.unloads and self.rng.random() < elapsed / OPS_INTERVAL:
                 self._unload()
+            if self.unsubscribes and self.rng.random() < elapsed / OPS_INTERVAL:
+                self._unsubscribe()
             for when, consumer in list(self.resubscribe):
                 if when <= now:
                     self.resubscribe.remove((when, consumer))
@@ -437,15 +454,23 @@ class Client:
                 owed.append(subscription)
         return owed
 
+    def _live(self) -> list[Consumer]:
+        """Live consumers, but for those of a subscription being unsubscribed."""
+        return [
+            c
+            for c in self.consumers.values()
+            if c.state == "live" and self.subscriptions[c.topic, c.subscription].keeper is None
+        ]
+
     def _churn(self) -> None:
-        live = [c for c in self.consumers.values() if c.state == "live"]
+        live = self._live()
         if live:
             self._close(self.rng.choice(live))
 
     def _seek(self) -> None:
         """A live consumer seeks its subscription: to a message it received, or the
         earliest, by message id or by publish time. The broker closes all its consumers."""
-        live = [c for c in self.consumers.values() if c.state == "live"]
+        live = self._live()
         if not live:
             return
         self.seeks -= 1
@@ -485,10 +510,62 @@ class Client:
         response = requests.put(url, timeout=10)
         assert response.status_code == 204, response.text
 
-    def _close(self, consumer: Consumer) -> None:
+    def _unsubscribe(self) -> None:
+        """Unsubscribe a subscription whose consumers are all live: close all but one, then
+        UNSUBSCRIBE from that one (the broker refuses while others are connected). All then
+        subscribe again, at the earliest message: a new subscription that owes every one."""
+        ready = [
+            s
+            for s in self.subscriptions.values()
+            if s.keeper is None and all(c.state == "live" for c in s.consumers)
+        ]
+        if not ready:
+            return
+        self.unsubscribes -= 1
+        subscription = self.rng.choice(ready)
+        subscription.keeper = self.rng.choice(subscription.consumers)
+        others = [c for c in subscription.consumers if c is not subscription.keeper]
+        for consumer in others:
+            self._close(consumer, "park")
+        if not others:
+            self._unsubscribe_when_parked(subscription)
+
+    def _unsubscribe_when_parked(self, subscription: Subscription) -> None:
+        keeper = subscription.keeper
+        assert keeper is not None
+        if any(c.state != "parked" for c in subscription.consumers if c is not keeper):
+            return
+        if keeper.state != "live":  # the broker closed it meanwhile (an unload): give up
+            self._unsubscribe_abandoned(subscription)
+            return
+        unsubscribe = pb.CommandUnsubscribe(
+            consumer_id=keeper.consumer_id, request_id=self._request("unsubscribe", keeper)
+        )
+        self.connections[keeper.connection].send_command(
+            T(type=T.UNSUBSCRIBE, unsubscribe=unsubscribe)
+        )
+
+    def _unsubscribe_abandoned(self, subscription: Subscription) -> None:
+        subscription.keeper = None
+        for consumer in subscription.consumers:
+            if consumer.state == "parked":
+                self._again_soon(consumer)
+
+    def _unsubscribed(self, subscription: Subscription) -> None:
+        assert subscription.keeper is not None
+        assert subscription.keeper.state == "live", subscription.keeper
+        subscription.keeper = None
+        subscription.acked.clear()
+        subscription.acked_entries.clear()
+        subscription.seen.clear()
+        subscription.backlog = None
+        for consumer in subscription.consumers:
+            self._again_soon(consumer)
+
+    def _close(self, consumer: Consumer, why: str = "close") -> None:
         consumer.state = "closing"
         consumer.to_ack.clear()  # never acked: the broker delivers them again
-        request_id = self._request("close", consumer)
+        request_id = self._request(why, consumer)
         close = pb.CommandCloseConsumer(consumer_id=consumer.consumer_id, request_id=request_id)
         self.connections[consumer.connection].send_command(
             T(type=T.CLOSE_CONSUMER, close_consumer=close)
@@ -547,6 +624,11 @@ class Client:
             self.connections[consumer.connection].flow(consumer.consumer_id, consumer.queue)
         elif what == "seek":
             pass  # the CLOSE_CONSUMER frames came first and our consumers subscribe again
+        elif what == "park":
+            consumer.state = "parked"
+            self._unsubscribe_when_parked(self.subscriptions[consumer.topic, consumer.subscription])
+        elif what == "unsubscribe":
+            self._unsubscribed(self.subscriptions[consumer.topic, consumer.subscription])
         else:
             assert what == "close", what
             self._again_soon(consumer)
@@ -555,7 +637,10 @@ class Client:
         what, consumer = self.requests.pop(error.request_id)
         # Only as a race: the broker had closed the consumer (an unload, another consumer's
         # seek) before the request came; its CLOSE_CONSUMER makes it subscribe again.
-        assert (what, error.error) == ("seek", pb.ConsumerNotFound), (error, consumer)
+        assert what in ("seek", "unsubscribe"), (error, consumer)
+        assert error.error == pb.ConsumerNotFound, (error, consumer)
+        if what == "unsubscribe":
+            self._unsubscribe_abandoned(self.subscriptions[consumer.topic, consumer.subscription])
 
     def _message(
         self, connection: RawClient, message: pb.CommandMessage, payload: bytes | None
@@ -596,7 +681,7 @@ class Client:
         owed = self._owed()
         return (
             f"seed {self.schedule.seed} ({self.schedule}); seeks left {self.seeks}, "
-            f"unloads left {self.unloads}; "
+            f"unloads left {self.unloads}, unsubscribes left {self.unsubscribes}; "
             f"unanswered requests {unanswered}; "
             f"owed {[(s.topic, s.name, len(s.acked), s.backlog) for s in owed]}"
             f" of {self.schedule.messages}; their consumers "
