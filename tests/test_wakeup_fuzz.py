@@ -397,7 +397,7 @@ class Client:
         previous = time.monotonic()
         for subscription in self.subscriptions.values():
             subscription.last_progress = previous
-        while self._owed() or self.publishing.is_alive():
+        while not self._done():
             now = time.monotonic()
             elapsed, previous = now - previous, now
             assert now < deadline, "out of time; " + self.state()
@@ -429,6 +429,17 @@ class Client:
                         f"nothing for {subscription.topic} {subscription.name} in "
                         f"{STALL_SECONDS} s while reading; " + self.state()
                     )
+
+    def _done(self) -> bool:
+        """Every message acked, by the client's count and then by the broker's, asked again
+        once nothing can change it: the publisher done (it may have stored a message twice)
+        and no request in flight (a seek moves the broker's cursor back)."""
+        if self.publishing.is_alive() or self.requests or self._owed():
+            return False
+        for subscription in self.subscriptions.values():
+            subscription.backlog = None
+        self.backlogs_asked = dict.fromkeys(self.backlogs_asked, 0.0)
+        return not self._owed()
 
     def _owed(self) -> list[Subscription]:
         """Subscriptions with a message not yet acked, by the client's count or the broker's:
