@@ -838,7 +838,7 @@ def test_diff_of_any_two_snapshots_equals_the_slot_by_slot_diff(
         before.search(end) if rng.random() < 0.8 else rng.choice(pool) for end in after_ends
     ]
     after_owners.append(rng.choice(pool))
-    for at in rng.sample(range(len(after_owners)), joined):
+    for at in rng.sample(range(len(after_owners)), min(joined, len(after_owners))):
         after_owners[at] = FakeConsumer(f"joined at {at}")
     after = Snapshot(1, [*after_ends, RANGE_SIZE - 1], after_owners)
     assert as_plain(diff_snapshots(before, after)) == brute_force_diff(before, after)
