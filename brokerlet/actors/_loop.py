@@ -144,5 +144,5 @@ def handle_messages(actor: GeventActor, inbox: FairInbox) -> None:
                 response = actor.on_receive(message)
             if reply_to is not None:
                 reply_to.set(response)
-        except BaseException as error:
+        except BaseException as error:  # the actor applies Pykka's rules, BaseException too
             actor._failed(error, reply_to)

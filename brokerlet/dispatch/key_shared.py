@@ -109,7 +109,7 @@ def _kept_hashes(entries: list[Entry]) -> tuple[list[int], bool]:
     # Each entry's own int goes into the list: read by type, compiled code would unbox
     # it and box a new one (an allocation an entry), read untyped it is only referenced.
     rows: list[tuple[Any, ...]] = entries  # type: ignore[assignment]
-    hashes: list[int] = [row[5] for row in rows]
+    hashes: list[int] = [row[5] for row in rows]  # Entry.key_hash
     for h in hashes:
         if h <= 0:
             return hashes, False
