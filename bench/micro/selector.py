@@ -209,7 +209,8 @@ def run_entries(quick: bool = False) -> list[dict[str, Any]]:
         from_python = figures["kept"] + figures["send_hash"]
         print(
             f"{size:>6}{figures['kept']:>7.0f}{figures['send_path']:>13.0f}{after:>8.0f}"
-            f"{figures['send_hash']:>19.0f}{from_python:>8.0f}{figures['bytes']:>14.0f}{figures['hash']:>8.0f}{figures['select']:>11.0f}"
+            f"{figures['send_hash']:>19.0f}{from_python:>8.0f}{figures['bytes']:>14.0f}"
+            f"{figures['hash']:>8.0f}{figures['select']:>11.0f}"
             f"{figures['before']:>9.0f}"
         )
         results.append(
