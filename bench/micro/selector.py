@@ -44,6 +44,7 @@ from brokerlet.transport.protocol import (
     FrameDecoder,
     build_entry,
     encode_send,
+    parse_metadata,
     pb,
     plain_key,
 )
@@ -55,6 +56,7 @@ BATCH_SIZE = 500
 ENTRY_BATCH_SIZES = (100, 500)
 ENTRY_CONSUMERS = 50
 DISTINCT_KEYS = 1_000
+ENTRY_PAYLOAD = b"x" * 128
 
 
 @dataclass(eq=False)
@@ -164,7 +166,7 @@ def _stored_entries(count: int, rng: random.Random) -> list[Entry]:
             publish_time=1_796_130_223_052 + entry_id,
             partition_key=rng.choice(keys),
         )
-        entries.append(Entry(1, entry_id, build_entry(metadata, b"x" * 128), 0, 1))
+        entries.append(Entry(1, entry_id, build_entry(metadata, ENTRY_PAYLOAD), 0, 1))
     return entries
 
 
@@ -237,11 +239,10 @@ def _sends(batch: list[Entry], keyless: bool = False) -> list[Frame]:
     stream = []
     for entry in batch:
         data = entry.data
-        if keyless:  # an entry is the metadata's size, the metadata, the payload
-            end = 4 + int.from_bytes(data[:4], "big")
-            metadata = pb.MessageMetadata.FromString(data[4:end])
+        if keyless:
+            metadata = parse_metadata(data)
             metadata.ClearField("partition_key")
-            data = build_entry(metadata, data[end:])
+            data = build_entry(metadata, ENTRY_PAYLOAD)
         header, body = encode_send(1, entry.entry_id, 1, data)
         stream.append(header + body)
     frames = FrameDecoder(8 << 20).feed(b"".join(stream))
