@@ -54,6 +54,10 @@ MODULES = (
     "brokerlet.storage.cursor",
     "brokerlet.transport.channel",
     "brokerlet.actors._loop",
+    "brokerlet.storage._worker",
+    "brokerlet.storage._segments",
+    "brokerlet.storage._records",
+    "brokerlet.storage._reading",
 )
 
 PURE_PYTHON_VARIABLE = "BROKERLET_PURE_PYTHON"
