@@ -335,6 +335,19 @@ def test_gevent_actor_sets_every_attribute_pykkas_init_sets() -> None:
     assert isinstance(ours.actor_inbox, FairInbox)
 
 
+def test_actor_stopped_refuses_a_wait_that_would_block_the_hub() -> None:
+    class Idle(GeventActor):
+        pass
+
+    ref = Idle.start()
+    assert ref.is_alive()
+    with pytest.raises(RuntimeError, match="block its hub"):
+        ref.actor_stopped.wait(0.01)
+    ref.stop(block=True, timeout=WAIT)
+    assert not ref.is_alive()
+    assert ref.actor_stopped.wait() is True
+
+
 def test_actor_runs_in_a_named_greenlet_that_ends_on_stop() -> None:
     class Named(GeventActor):
         def on_receive(self, message: Any) -> Any:
@@ -529,3 +542,4 @@ def test_brokerlet_serve_freezes_its_heap_and_raises_the_young_threshold() -> No
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.split() == ["True", "True"]
+

@@ -17,9 +17,9 @@ Pitfalls:
 - Never `Greenlet.kill()` an actor's greenlet. Killing it while idle leaves
   a ref that still claims to be alive and never answers; killing it while busy
   stops every actor as above. Use `ActorRef.stop()`.
-- Do not wait on `actor_stopped`: it is a real `threading.Event`, and waiting
-  on it blocks the whole hub. `ActorRef.stop(block=True)` waits on a
-  `GeventFuture` instead.
+- Do not wait on `actor_stopped`: waiting there would block the whole hub, so
+  its `wait` raises unless the actor has stopped. `ActorRef.stop(block=True)`
+  waits on a `GeventFuture` instead.
 - `tell()` never blocks on the unbounded inbox, so the inbox is no flow
   control; use permits/credits for that.
 - There is no preemption: CPU-bound work or a blocking call that does not
@@ -169,23 +169,40 @@ def _raise_exc_info(exc_info: OptExcInfo) -> None:
 
 _greenlet_numbers = itertools.count()
 
+# Actor URNs: a random UUID's first 24 characters, then a counter, which is unique within
+# the process as uuid4() is and costs no system call (getrandom) per actor.
+_URN_PREFIX = uuid.uuid4().urn[:-12]
+_urn_numbers = itertools.count()
+
 
 class _StoppedFlag(threading.Event):
-    """An actor's ``actor_stopped`` whose state is also a plain attribute, ``stopped``: a
-    tell and every turn of the loop read it, and a method call there cost more than the
-    rest of the check."""
+    """An actor's ``actor_stopped``: the `threading.Event` methods Pykka calls (``is_set``,
+    ``set``, ``clear``) over a plain attribute, ``stopped``, that a tell and every turn of the
+    loop read directly.
 
-    def __init__(self) -> None:
-        super().__init__()
+    A real Event's condition and lock were a tenth of starting an actor and nothing may wait
+    on them (the module's pitfalls), so this one has neither: ``wait`` answers only once set.
+    """
+
+    def __init__(self) -> None:  # no Event.__init__: no condition, no lock
         self.stopped = False
+
+    def is_set(self) -> bool:
+        return self.stopped
 
     def set(self) -> None:
         self.stopped = True
-        super().set()
 
     def clear(self) -> None:
         self.stopped = False
-        super().clear()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self.stopped:
+            return True
+        raise RuntimeError(
+            "waiting on a GeventActor's actor_stopped would block its hub; "
+            "use ActorRef.stop(block=True)"
+        )
 
 
 class GeventRef(pykka.ActorRef[Any]):
@@ -244,7 +261,7 @@ class GeventActor(pykka.Actor):
         # Pykka's own __init__ sets these four, with a `threading.Event` and an `ActorRef`
         # that would be replaced at once: a topic is an actor, and every new topic paid for
         # both. `test_runtime` checks this still sets every attribute Pykka's does.
-        self.actor_urn = uuid.uuid4().urn
+        self.actor_urn = f"{_URN_PREFIX}{next(_urn_numbers):012x}"
         self.actor_inbox = self._create_actor_inbox()
         self.actor_stopped = _StoppedFlag()
         self._actor_ref = GeventRef(self)
