@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from brokerlet.metadata import MetadataError
 from brokerlet.security.tokens_cli import add_tokens_parser, run_tokens
 from brokerlet.storage import StorageError
 
-__all__ = ["YOUNG_GC_THRESHOLD", "main", "settle_heap"]
+__all__ = ["YOUNG_GC_THRESHOLD", "main", "settle_heap", "untrack_greenlet_tree"]
 
 YOUNG_GC_THRESHOLD = 10_000
 """Net new container objects that start a young-generation collection (Python's default 700).
@@ -45,6 +46,19 @@ def settle_heap() -> None:
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_GC_THRESHOLD, middle, old)
+
+
+def untrack_greenlet_tree() -> None:
+    """Stop gevent recording each new greenlet's parent and spawning stack, unless
+    ``GEVENT_TRACK_GREENLET_TREE`` in the environment says otherwise.
+
+    The record is a debugging aid, on by default, paid at every spawn: a connection spawns
+    three greenlets (reader, actor, writer) and recording was 46,000 of the 604,000
+    instructions its set-up and close cost (docs/performance.md, twenty-ninth pass). Only
+    ``brokerlet serve`` does this; an embedding program owns its gevent configuration.
+    """
+    if "GEVENT_TRACK_GREENLET_TREE" not in os.environ:
+        gevent.config.track_greenlet_tree = False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,6 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"brokerlet {label} on {url}", flush=True)
 
     logging.getLogger("brokerlet").info("hot modules: %s", _compiled.STATUS)
+    untrack_greenlet_tree()
     try:
         broker.serve_forever(on_ready=ready)
     except MetadataError as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import subprocess
 import sys
@@ -543,3 +544,25 @@ def test_brokerlet_serve_freezes_its_heap_and_raises_the_young_threshold() -> No
     )
     assert result.stdout.split() == ["True", "True"]
 
+
+@pytest.mark.parametrize(("environment", "tracked"), [(None, "False"), ("1", "True")])
+def test_brokerlet_serve_stops_gevent_tracking_spawns_unless_told(
+    environment: str | None, tracked: str
+) -> None:
+    # In a child: gevent's configuration is process-wide.
+    code = (
+        "import gevent; from brokerlet.cli import untrack_greenlet_tree; "
+        "untrack_greenlet_tree(); print(gevent.config.track_greenlet_tree)"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "GEVENT_TRACK_GREENLET_TREE"}
+    if environment is not None:
+        env["GEVENT_TRACK_GREENLET_TREE"] = environment
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=env,
+    )
+    assert result.stdout.split() == [tracked]
