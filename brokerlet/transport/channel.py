@@ -184,7 +184,9 @@ def _byte_view(data: BytesLike) -> memoryview:
 class Channel:
     """A non-blocking outbound buffer over a gevent socket.
 
-    The constructor spawns the writer greenlet in the current hub. Callbacks run as follows:
+    Writes go out from a loop callback of the current hub; a writer greenlet, spawned there
+    by the first send the kernel does not take whole (at once on a TLS socket), parks in the
+    sends that must wait. Callbacks run as follows:
 
     * a write's ``callback(None)`` runs once all of that write's bytes are in the kernel,
       in write order, never inside ``write()``: in the loop callback that flushed it, or in
@@ -280,9 +282,12 @@ class Channel:
         self._writability_changes = 0
         self._bytes_written = 0
         self._writes = 0
-        self._writer = gevent.Greenlet(self._run_writer)
-        self._writer.name = f"channel-writer {name}".rstrip()
-        self._writer.start()
+        # Started by the first send the kernel does not take whole (at once for TLS): most
+        # connections never need it, and a greenlet's spawn and exit cost ~10% of one's
+        # set-up and close.
+        self._writer: gevent.Greenlet | None = None
+        if self._writer_active:
+            self._start_writer()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("writable" if self._writable else "unwritable")
@@ -411,6 +416,8 @@ class Channel:
                     return
                 if sent < size:
                     self._writer_active = True
+                    if self._writer is None:
+                        self._start_writer()
                     self._wakeup.set()
                 self._complete(sent)
         except Exception as exc:
@@ -418,6 +425,12 @@ class Channel:
             self._shutdown(exc)
 
     # -- the writer greenlet -------------------------------------------------------------
+
+    def _start_writer(self) -> None:
+        writer = gevent.Greenlet(self._run_writer)
+        writer.name = f"channel-writer {self.name}".rstrip()
+        self._writer = writer
+        writer.start()
 
     def _run_writer(self) -> None:
         try:
