@@ -378,16 +378,7 @@ class ConnectionActor(GeventActor):
             connect.client_version,
             connect.protocol_version,
         )
-        self._send(
-            T(
-                type=T.CONNECTED,
-                connected=pb.CommandConnected(
-                    server_version=f"brokerlet-{__version__}",
-                    protocol_version=self.protocol_version,
-                    max_message_size=self.settings.max_message_size,
-                ),
-            )
-        )
+        self.channel.write(_connected(self.protocol_version, self.settings.max_message_size))
 
     def _ping(self, _command: pb.BaseCommand) -> None:
         self.channel.write(PONG_FRAME)
@@ -1185,6 +1176,17 @@ def topic_is_idle(stats: dict[str, Any]) -> bool:
         and stats["lastEntryId"] < 0
         and not any(sub.get("consumers") for sub in stats["subscriptions"].values())
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _connected(protocol_version: int, max_message_size: int) -> bytes:
+    """The CONNECTED frame: the same few bytes for every client of a protocol version."""
+    connected = pb.CommandConnected(
+        server_version=f"brokerlet-{__version__}",
+        protocol_version=protocol_version,
+        max_message_size=max_message_size,
+    )
+    return encode_command(T(type=T.CONNECTED, connected=connected))
 
 
 def _is_chunk(entry: bytes) -> bool:
