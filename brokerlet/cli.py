@@ -52,7 +52,7 @@ def untrack_greenlet_tree() -> None:
     """Stop gevent recording each new greenlet's parent and spawning stack, unless
     ``GEVENT_TRACK_GREENLET_TREE`` in the environment says otherwise.
 
-    The record is a debugging aid, on by default, paid at every spawn: a connection spawns
+    The record is a debugging aid, on by default, paid at every spawn: a connection spawned
     three greenlets (reader, actor, writer) and recording was 46,000 of the 604,000
     instructions its set-up and close cost (docs/performance.md, twenty-ninth pass). Only
     ``brokerlet serve`` does this; an embedding program owns its gevent configuration.

@@ -82,7 +82,7 @@ class TopicName:
 
         The last :data:`_PARSED_KEPT` valid names are kept parsed: a client names the same
         topic in each of its requests (lookup, producer, subscribe), and a PRODUCER for a new
-        topic parsed its name three times, a tenth of that request's bytecode.
+        topic parsed its name three times, 70 of that request's 960 lines of bytecode.
         """
         return _parse(name)
 

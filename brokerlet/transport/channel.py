@@ -283,8 +283,8 @@ class Channel:
         self._bytes_written = 0
         self._writes = 0
         # Started by the first send the kernel does not take whole (at once for TLS): most
-        # connections never need it, and a greenlet's spawn and exit cost ~10% of one's
-        # set-up and close.
+        # connections never need it, and its spawn and exit were 37,000 of the 512,000
+        # instructions a connection's set-up and close cost.
         self._writer: gevent.Greenlet | None = None
         if self._writer_active:
             self._start_writer()
