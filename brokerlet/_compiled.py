@@ -58,6 +58,7 @@ MODULES = (
     "brokerlet.storage._segments",
     "brokerlet.storage._records",
     "brokerlet.storage._reading",
+    "brokerlet.storage.disk",
 )
 
 PURE_PYTHON_VARIABLE = "BROKERLET_PURE_PYTHON"
