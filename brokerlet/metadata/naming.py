@@ -31,6 +31,7 @@ MAX_LOCAL_NAME: Final = 1000
 _ENTITY: Final = re.compile(r"^[-=:.\w]+$")
 _PARTITION: Final = re.compile(r"^(?P<base>.+)-partition-(?P<index>0|[1-9][0-9]*)$")
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+_PARSED_KEPT: Final = 4096  # valid topic names kept parsed (TopicName.parse)
 
 
 class InvalidName(ValueError):  # noqa: N818 - Pulsar's own term (InvalidTopicName)
@@ -76,18 +77,15 @@ class TopicName:
     namespace_local: str
     local: str
 
-    @classmethod
-    def parse(cls, name: str) -> TopicName:
+    @staticmethod
+    @functools.lru_cache(maxsize=_PARSED_KEPT)
+    def parse(name: str) -> TopicName:
         """Parse ``domain://tenant/namespace/local``; :class:`InvalidName` when malformed.
 
         The last :data:`_PARSED_KEPT` valid names are kept parsed: a client names the same
         topic in each of its requests (lookup, producer, subscribe), and a PRODUCER for a new
         topic parsed its name three times, 70 of that request's 960 lines of bytecode.
         """
-        return _parse(name)
-
-    @classmethod
-    def _parse(cls, name: str) -> TopicName:
         domain, sep, rest = name.partition("://")
         if not sep or domain not in DOMAINS:
             raise InvalidName(
@@ -103,7 +101,7 @@ class TopicName:
             _check_local(local)
         except InvalidName as error:
             raise InvalidName(f"{error} (in {name!r})") from None
-        return cls(domain, tenant, namespace, local)
+        return TopicName(domain, tenant, namespace, local)
 
     @classmethod
     def of(cls, domain: str, tenant: str, namespace: str, local: str) -> TopicName:
@@ -150,7 +148,3 @@ class TopicName:
         return TopicName(
             self.domain, self.tenant, self.namespace_local, f"{self.local}{PARTITION_SUFFIX}{index}"
         )
-
-
-_PARSED_KEPT: Final = 4096
-_parse: Final = functools.lru_cache(maxsize=_PARSED_KEPT)(TopicName._parse)
