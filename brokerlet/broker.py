@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import gevent
@@ -28,6 +28,7 @@ from brokerlet.actors.broker import BrokerActor
 from brokerlet.actors.eventloop import EventLoopActor
 from brokerlet.actors.messages import CloseIdleTopics, GetTopic
 from brokerlet.actors.supervision import tell_quietly
+from brokerlet.actors.topic import TopicActor
 from brokerlet.config import Settings, SettingsError, load_settings
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
 from brokerlet.metadata import MetadataStore
@@ -418,12 +419,14 @@ class Broker:
         else:
             self.metadata = MetadataStore(None, cluster=settings.cluster_name)
         self.schemas = self._schema_registry(self.metadata)
+        open_topics: dict[str, pykka.ActorRef[TopicActor]] = {}
         self._broker_actor = BrokerActor.start(
             self.settings,
             self._storage,
             self.metadata,
             self._dispatch_options,
             topic_deleted=self.schemas.topic_deleted,
+            topics=open_topics,
         )
         if self._storage is not None:
             # Recover every stored topic now: torn tails are repaired and logged at start-up,
@@ -443,6 +446,7 @@ class Broker:
             metadata=self.metadata,
             security=self.security,
             schemas=self.schemas,
+            open_topics=MappingProxyType(open_topics),
         )
         self._server.start()
         if self._tls_context is not None and self.settings.broker_service_port_tls >= 0:
@@ -457,6 +461,7 @@ class Broker:
                 security=self.security,
                 limits_shared_with=self._server,
                 schemas=self.schemas,
+                open_topics=MappingProxyType(open_topics),
             )
             self._tls_server.start()
         if self.settings.web_service_enabled:

@@ -24,7 +24,6 @@ from brokerlet.actors.messages import (
     CloseClients,
     CloseIdleTopics,
     CreateTopic,
-    DeduplicationPolicy,
     DeleteTopic,
     ExpireEntries,
     FindTopic,
@@ -48,7 +47,7 @@ from brokerlet.dispatch.ratelimit import DispatchRateLimiter
 from brokerlet.dispatch.strategy import SUB_TYPE_NAMES
 from brokerlet.metadata import MetadataStore, TopicName
 from brokerlet.metadata import topics as rules
-from brokerlet.metadata.policies import PolicyError
+from brokerlet.metadata.policies import PolicyError, deduplication
 from brokerlet.metadata.store import AlreadyExists, NotFound
 from brokerlet.storage import CursorStore, DiskStorage, Ledger, MemoryLedger
 from brokerlet.storage.backlog_quota import QuotaService, QuotaState, backlog_quotas
@@ -86,7 +85,9 @@ class BrokerActor(GeventActor):
         storage: DiskStorage | None = None,
         metadata: MetadataStore | None = None,
         dispatch_options: DispatchOptions = DEFAULT_OPTIONS,
+        *,
         topic_deleted: Callable[[str], object] | None = None,
+        topics: dict[str, pykka.ActorRef[TopicActor]] | None = None,
     ) -> None:
         super().__init__()
         # Told the name of every deleted topic (a partitioned one by its own name, after its
@@ -96,7 +97,8 @@ class BrokerActor(GeventActor):
         self.dispatch_options = dispatch_options
         self.storage = storage
         self._metadata = metadata
-        self.topics: dict[str, pykka.ActorRef[TopicActor]] = {}
+        # Only this actor changes it; the connections read it (a topic that is open).
+        self.topics: dict[str, pykka.ActorRef[TopicActor]] = {} if topics is None else topics
         # Memory ledgers outlive their topic actor: a replacement or a reopened topic reuses
         # them. Disk ledgers are reopened from storage, which hands back an open one.
         self._memory_ledgers: dict[str, MemoryLedger] = {}
@@ -254,19 +256,11 @@ class BrokerActor(GeventActor):
                 restored=self._restored.pop(name, None),
                 retention=self.retention,
                 dispatch_options=self.dispatch_options,
-                deduplication=self._deduplication(parsed),
+                deduplication=deduplication(self.metadata.namespaces.get(parsed.namespace)),
             )
             self.topics[name] = topic
             log.info("opened topic %s (ledger %d)", name, ledger.ledger_id)
-        else:
-            tell_quietly(topic, DeduplicationPolicy(self._deduplication(parsed_topic(name))))
         return topic
-
-    def _deduplication(self, name: TopicName) -> bool | None:
-        policy: bool | None = (self.metadata.namespaces.get(name.namespace) or {}).get(
-            "deduplicationEnabled"
-        )
-        return policy
 
     def _topic_failed(self, message: TopicFailed) -> None:
         if self.topics.get(message.name) is message.topic:

@@ -20,7 +20,7 @@ import logging
 import operator
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +77,7 @@ from brokerlet.keyshared import KeySharedMeta
 from brokerlet.metadata import MetadataStore
 from brokerlet.metadata.listeners import Listener, UnknownListener, parse_listeners, pick_listener
 from brokerlet.metadata.naming import InvalidName, TopicName
+from brokerlet.metadata.policies import deduplication
 from brokerlet.metadata.topics import (
     Refused,
     filter_by_pattern,
@@ -178,10 +179,14 @@ class ConnectionActor(GeventActor):
         peer_cert: dict[str, Any] | None = None,
         metadata: MetadataStore,
         schemas: SchemaRegistry | None = None,
+        open_topics: Mapping[str, pykka.ActorRef[TopicActor]] | None = None,
     ) -> None:
         super().__init__()
         self.handle = handle
         self.metadata = metadata  # read by the lookups, as the admin API reads it
+        # The broker actor's topics, read-only: a topic that is open is used without asking
+        # that actor (two hand-overs; it still creates, reopens and refuses topics).
+        self.open_topics: Mapping[str, pykka.ActorRef[TopicActor]] = open_topics or {}
         self.peer = handle.peer
         self.channel = handle.channel
         self.broker = broker
@@ -501,10 +506,13 @@ class ConnectionActor(GeventActor):
         self._send(T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request_id)))
 
     def _topic(self, name: str, *, create: bool = True) -> pykka.ActorRef[TopicActor]:
-        topic: pykka.ActorRef[TopicActor] = self.broker.ask(
+        topic = self.open_topics.get(name)
+        if topic is not None and topic.is_alive():
+            return topic
+        asked: pykka.ActorRef[TopicActor] = self.broker.ask(
             GetTopic(name, create=create), block=True
         )
-        return topic
+        return asked
 
     # Producers.
 
@@ -538,21 +546,21 @@ class ConnectionActor(GeventActor):
                 f"Role {self.auth.role!r} may not produce on {request.topic}",
             )
             return
+        try:
+            topic_ref = self._topic(request.topic)
+        except BrokerError as error:
+            self._error(request.request_id, error.code, error.message)
+            return
         name = request.producer_name or f"brokerlet-{next(_producer_names)}"
-        epoch = request.topic_epoch if request.HasField("topic_epoch") else None
         add = AddProducer(
             name,
             self.peer,
             self.actor_ref,
             request.producer_id,
             request.producer_access_mode,
-            epoch,
+            request.topic_epoch if request.HasField("topic_epoch") else None,
+            deduplication(self.metadata.namespaces.get(parsed_topic(request.topic).namespace)),
         )
-        try:
-            topic_ref = self._topic(request.topic)
-        except BrokerError as error:
-            self._error(request.request_id, error.code, error.message)
-            return
         # After the topic's existence rules, so a refused topic registers no schema.
         schema_version = None
         if self.schemas is not None:

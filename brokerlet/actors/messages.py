@@ -256,6 +256,9 @@ class AddProducer:
     producer_id: int = -1
     access_mode: int = 0  # pb.ProducerAccessMode
     topic_epoch: int | None = None  # the epoch the producer presents, if any
+    # The namespace's policy as the connection read it (None: the broker's setting). The
+    # topic applies it as each producer arrives, where Pulsar re-checks it too.
+    deduplication: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,13 +326,6 @@ class TopicStatsPart:
     last_entry_id: int
     subscriptions: dict[str, tuple[pykka.ActorRef[DispatcherActor], int]]  # with mark-delete
     extra: dict[str, Any] = field(default_factory=dict)  # topic operations: terminated, drops
-
-
-@dataclass(frozen=True, slots=True)
-class DeduplicationPolicy:
-    """Told by the broker as a producer or consumer arrives: the namespace's policy now."""
-
-    enabled: bool | None
 
 
 class IsIdle:

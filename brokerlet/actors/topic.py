@@ -33,7 +33,6 @@ from brokerlet.actors.messages import (
     CompactionDone,
     CompactionStatus,
     CursorState,
-    DeduplicationPolicy,
     DispatcherFailed,
     EntriesRead,
     ExpireEntries,
@@ -187,7 +186,6 @@ class TopicActor(GeventActor):
                 )
             ),
             CloseClients: self._close_clients,
-            DeduplicationPolicy: lambda m: self.producer_state.set_deduplication(m.enabled),
             ExpireEntries: self._expire_messages,
             BacklogQuotaReport: self._backlog_quota,
             Compact: lambda _: self._compact(),
@@ -344,6 +342,7 @@ class TopicActor(GeventActor):
         refused = refusal(self.quota)
         if refused is not None:
             raise BrokerError(*refused)
+        self.producer_state.set_deduplication(message.deduplication)
         return self.producer_state.add(message)
 
     def _remove_producer(self, message: RemoveProducer) -> None:

@@ -252,6 +252,12 @@ class AutoCreation:
     partitions: int
 
 
+def deduplication(policies: Mapping[str, Any] | None) -> bool | None:
+    """The namespace's ``deduplicationEnabled``; None leaves it to the broker's setting."""
+    enabled: bool | None = (policies or {}).get("deduplicationEnabled")
+    return enabled
+
+
 def auto_creation(policies: Mapping[str, Any] | None, settings: Any) -> AutoCreation:
     """The namespace's ``autoTopicCreationOverride``, else the broker's settings."""
     override = (policies or {}).get("autoTopicCreationOverride")

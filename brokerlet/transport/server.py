@@ -19,7 +19,7 @@ import socket as stdlib_socket
 import ssl
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import gevent
 import pykka
@@ -32,6 +32,7 @@ from brokerlet.actors.broker import BrokerActor
 from brokerlet.actors.connection import ConnectionActor
 from brokerlet.actors.eventloop import EventLoopActor
 from brokerlet.actors.messages import ConnectionLost, Received, WritabilityChanged
+from brokerlet.actors.topic import TopicActor
 from brokerlet.config import Settings
 from brokerlet.dispatch.consumer import ConnectionHandle
 from brokerlet.metadata import MetadataStore
@@ -78,8 +79,10 @@ class Server:
         security: Security | None = None,
         limits_shared_with: Server | None = None,
         schemas: SchemaRegistry | None = None,
+        open_topics: Mapping[str, pykka.ActorRef[TopicActor]] | None = None,
     ) -> None:
         self.settings = settings
+        self.open_topics = open_topics
         self.schemas = schemas
         self.metadata = metadata
         self.broker = broker
@@ -215,6 +218,7 @@ class Server:
             peer_cert=peer_cert,
             schemas=self.schemas,
             metadata=self.metadata,
+            open_topics=self.open_topics,
         )
         handle.actor = actor
         self._connections.add(sock)
