@@ -15,6 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from brokerlet import Broker
+from brokerlet.actors.connection import SEND_SLICE
 from brokerlet.actors.messages import AddProducer, AppendItem, Receipt
 from brokerlet.config import load_settings
 from brokerlet.producers import hooks
@@ -191,6 +192,26 @@ def test_snapshot_and_restore_round_trip() -> None:
 def broker() -> object:
     with Broker(port=0, broker_deduplication_enabled=True) as running:
         yield running
+
+
+def test_receipts_keep_the_send_order_across_stored_and_answered_runs(
+    broker: Broker, topic: str
+) -> None:
+    # One chunk of SENDs, split by the connection into slices of SEND_SLICE, each an Append:
+    # the middle one holds a repeat, so the topic answers it receipt by receipt (Appended),
+    # between two runs it answers as stored (AppendedAll). The client must get the receipts
+    # in SEND order whichever way each run was answered.
+    with RawClient(broker.address) as client:
+        client.handshake()
+        raw_producer(client, topic, 1, "order")
+        sequences = [*range(SEND_SLICE), 10, *range(SEND_SLICE, 2 * SEND_SLICE + 20)]
+        client.send_raw(b"".join(client.send_frame(1, s, b"m") for s in sequences))
+        receipts = [client.expect(T.SEND_RECEIPT).send_receipt for _ in sequences]
+    assert [r.sequence_id for r in receipts] == sequences
+    entry_ids = [r.message_id.entry_id for r in receipts]
+    assert entry_ids[SEND_SLICE] == NO_ID  # the repeat: answered, not stored
+    stored = entry_ids[:SEND_SLICE] + entry_ids[SEND_SLICE + 1 :]
+    assert stored == list(range(len(sequences) - 1))
 
 
 def test_a_repeated_send_gets_the_minus_one_receipt_and_is_not_stored(
