@@ -59,6 +59,13 @@ MODULES = (
     "brokerlet.storage._records",
     "brokerlet.storage._reading",
     "brokerlet.storage.disk",
+    "brokerlet.storage.ledger",
+    "brokerlet.dispatch.strategy",
+    "brokerlet.dispatch.shared",
+    "brokerlet.dispatch.single_active",
+    "brokerlet.dispatch.filters",
+    "brokerlet.dispatch.read_backoff",
+    "brokerlet.dispatch.batch_acks",
 )
 
 PURE_PYTHON_VARIABLE = "BROKERLET_PURE_PYTHON"

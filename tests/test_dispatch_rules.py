@@ -38,7 +38,6 @@ from brokerlet.actors.messages import (
 )
 from brokerlet.actors.topic import TopicActor
 from brokerlet.config import load_settings
-from brokerlet.dispatch import single_active
 from brokerlet.dispatch.consumer import ConnectionHandle, Consumer
 from brokerlet.dispatch.delivery import DeliveryBook
 from brokerlet.dispatch.filters import SkipSettled
@@ -288,19 +287,21 @@ def test_failover_partitions_take_the_ring_with_consistent_hashing() -> None:
     assert by_ring != by_index
 
 
-def test_failover_holds_delivery_after_each_change_and_tells_of_it_at_the_end(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_failover_holds_delivery_after_each_change_and_tells_of_it_at_the_end() -> None:
     # PersistentDispatcherSingleActiveConsumer.scheduleReadOnActiveConsumer: with
     # activeConsumerFailoverDelayTimeMillis the read (and the notices) wait after every
     # change of the active consumer, the first one's included; a new change meanwhile does
     # not restart the wait.
     clock = SimpleNamespace(now=100.0)
-    monkeypatch.setattr(single_active, "time", SimpleNamespace(monotonic=lambda: clock.now))
     wakes: list[float] = []
     book = make_book()
     strategy = SingleActiveStrategy(
-        book, FAILOVER, FIRST_PARTITION, hold_ms=1000, wake_after=wakes.append
+        book,
+        FAILOVER,
+        FIRST_PARTITION,
+        hold_ms=1000,
+        wake_after=wakes.append,
+        clock=lambda: clock.now,
     )
     first = join(book, "b", FAILOVER, permits=10)
     assert strategy.membership_changed() is None

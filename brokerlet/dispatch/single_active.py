@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from brokerlet.actors.errors import BrokerError
@@ -80,15 +80,18 @@ class SingleActiveStrategy(InOrderChunks):
         *,
         hold_ms: int = 0,
         wake_after: WakeAfter | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``hold_ms``: Failover's hold after each change of the active consumer;
-        ``wake_after`` asks the dispatcher for a pass once it is over."""
+        ``wake_after`` asks the dispatcher for a pass once it is over; ``clock`` times the
+        hold (monotonic seconds)."""
         super().__init__(book, sub_type)
         self.placement = placement
         self.active: Consumer | None = None
         self._announced: Consumer | None = None  # the active consumer everyone was told of
         self.hold_ms = hold_ms if sub_type == FAILOVER and wake_after is not None else 0
         self._wake_after = wake_after
+        self._clock = clock
         self._held_until = 0.0  # monotonic end of the last hold; 0.0 for none yet
         self._changed = False  # whether the last membership change moved the pick
 
@@ -105,7 +108,7 @@ class SingleActiveStrategy(InOrderChunks):
         self.active = self._pick(consumers)
         self._changed = self.active is not previous
         if self._changed and self.active is not None and self.hold_ms and not self.holding:
-            self._held_until = time.monotonic() + self.hold_ms / 1000
+            self._held_until = self._clock() + self.hold_ms / 1000
             self._wake_at_hold_end()
         if previous is not None and self._changed and previous in consumers:
             return previous  # its unacked entries move to the new active consumer
@@ -114,7 +117,7 @@ class SingleActiveStrategy(InOrderChunks):
     @property
     def holding(self) -> bool:
         """Whether Failover's hold after a change is on: nothing goes out meanwhile."""
-        return self._held_until != 0.0 and time.monotonic() < self._held_until
+        return self._held_until != 0.0 and self._clock() < self._held_until
 
     @property
     def _waiting(self) -> bool:
@@ -125,7 +128,7 @@ class SingleActiveStrategy(InOrderChunks):
     def _wake_at_hold_end(self) -> None:
         # At least 1 ms: the wake-up must come by the timer, whose pass announces the change.
         if self._wake_after is not None:
-            self._wake_after(max(1.0, (self._held_until - time.monotonic()) * 1000))
+            self._wake_after(max(1.0, (self._held_until - self._clock()) * 1000))
 
     def _pick(self, consumers: Sequence[Consumer]) -> Consumer | None:
         if not consumers:
