@@ -31,6 +31,7 @@ from brokerlet.testing.process import BrokerletProcess
 from brokerlet.testing.rawclient import RawClient
 from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import pb
+from tests.producer_frames import raw_producer
 
 T = pb.BaseCommand
 _names = itertools.count()
@@ -290,6 +291,41 @@ def test_lookups_are_answered_while_the_broker_actor_is_busy(
     response = metadata.partitioned_metadata_response
     assert (response.response, response.partitions) == (response.Success, 0)
     assert lookup.lookup_response.response == lookup.lookup_response.Connect
+
+
+def test_an_open_topic_is_used_while_the_broker_actor_is_busy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A PRODUCER or SUBSCRIBE on a topic that is open takes it from the broker actor's topic
+    # map, which the connections read (actors/connection.py, _topic): only creating,
+    # reopening or refusing a topic asks that actor. The connection is made before any topic
+    # is open, so it must read the live map, not a copy of it.
+    holding: list[gevent.event.Event] = []
+    handle = BrokerActor.on_receive
+
+    def on_receive(actor: BrokerActor, message: object) -> object:
+        if isinstance(message, _Hold):
+            released = gevent.event.Event()
+            holding.append(released)
+            released.wait(30)
+            return None
+        return handle(actor, message)
+
+    monkeypatch.setattr(BrokerActor, "on_receive", on_receive)
+    topic = "persistent://public/default/open-while-busy"
+    with Broker(port=0) as broker, RawClient(broker.address) as raw:
+        raw.handshake()
+        assert raw_producer(raw, topic, 1, "first").type == T.PRODUCER_SUCCESS  # creates it
+        broker._call(lambda ref: ref.tell(_Hold()))
+        wait_until(lambda: holding, message="the broker actor never took the hold", timeout=10)
+        try:
+            second = raw_producer(raw, topic, 2, "second")
+            raw.send_command(raw.subscribe_command(topic, "s", 1, request_id=7))
+            subscribed = raw.expect(T.SUCCESS, timeout=10)
+        finally:
+            broker._hub.loop.run_callback_threadsafe(holding[0].set)
+    assert second.type == T.PRODUCER_SUCCESS
+    assert subscribed.success.request_id == 7
 
 
 # Restart.

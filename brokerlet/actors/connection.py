@@ -186,7 +186,9 @@ class ConnectionActor(GeventActor):
         self.metadata = metadata  # read by the lookups, as the admin API reads it
         # The broker actor's topics, read-only: a topic that is open is used without asking
         # that actor (two hand-overs; it still creates, reopens and refuses topics).
-        self.open_topics: Mapping[str, pykka.ActorRef[TopicActor]] = open_topics or {}
+        self.open_topics: Mapping[str, pykka.ActorRef[TopicActor]] = (
+            {} if open_topics is None else open_topics
+        )
         self.peer = handle.peer
         self.channel = handle.channel
         self.broker = broker
