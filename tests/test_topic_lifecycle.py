@@ -244,13 +244,8 @@ class _Hold:
     """Keeps the broker actor busy until the test lets it go."""
 
 
-def test_lookups_are_answered_while_the_broker_actor_is_busy(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # PARTITIONED_METADATA and LOOKUP read the metadata store on the connection: a slow
-    # topic operation (a creation on a slow disk, a forced delete) does not hold them up.
-    # Only the broker actor changes which topics exist, so a lookup that auto-creates a
-    # partitioned topic still goes through it.
+def _holds(monkeypatch: pytest.MonkeyPatch) -> list[gevent.event.Event]:
+    """Make the broker actor wait on a _Hold it is told: the events to set, one per hold."""
     holding: list[gevent.event.Event] = []
     handle = BrokerActor.on_receive
 
@@ -263,6 +258,17 @@ def test_lookups_are_answered_while_the_broker_actor_is_busy(
         return handle(actor, message)
 
     monkeypatch.setattr(BrokerActor, "on_receive", on_receive)
+    return holding
+
+
+def test_lookups_are_answered_while_the_broker_actor_is_busy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # PARTITIONED_METADATA and LOOKUP read the metadata store on the connection: a slow
+    # topic operation (a creation on a slow disk, a forced delete) does not hold them up.
+    # Only the broker actor changes which topics exist, so a lookup that auto-creates a
+    # partitioned topic still goes through it.
+    holding = _holds(monkeypatch)
     with Broker(port=0) as broker, RawClient(broker.address) as raw:
         raw.handshake()
         broker._call(lambda ref: ref.tell(_Hold()))
@@ -300,18 +306,7 @@ def test_an_open_topic_is_used_while_the_broker_actor_is_busy(
     # map, which the connections read (actors/connection.py, _topic): only creating,
     # reopening or refusing a topic asks that actor. The connection is made before any topic
     # is open, so it must read the live map, not a copy of it.
-    holding: list[gevent.event.Event] = []
-    handle = BrokerActor.on_receive
-
-    def on_receive(actor: BrokerActor, message: object) -> object:
-        if isinstance(message, _Hold):
-            released = gevent.event.Event()
-            holding.append(released)
-            released.wait(30)
-            return None
-        return handle(actor, message)
-
-    monkeypatch.setattr(BrokerActor, "on_receive", on_receive)
+    holding = _holds(monkeypatch)
     topic = "persistent://public/default/open-while-busy"
     with Broker(port=0) as broker, RawClient(broker.address) as raw:
         raw.handshake()
