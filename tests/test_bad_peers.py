@@ -12,7 +12,7 @@ import logging
 import socket
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -224,15 +224,32 @@ def test_non_utf8_topic_and_producer_names_are_answered(broker: Broker) -> None:
         assert client.produce(3, 0, b"fine") == 0
 
 
+def _lookup_command(topic: str, request_id: int) -> pb.BaseCommand:
+    return T(type=T.LOOKUP, lookup=pb.CommandLookupTopic(topic=topic, request_id=request_id))
+
+
 @pytest.mark.parametrize("request_id", [7, 300], ids=["ascii ids", "multi-byte ids"])
-def test_a_name_that_is_not_utf8_is_found_whatever_the_ids(request_id: int) -> None:
-    # The decoder skips the walk for a command whose bytes are all ASCII; ids of 128 or
-    # more make varint bytes above 0x7F, and a bad name must still be found among them.
-    frame = with_bad_utf8(subscribe_command("subX", request_id), "subX")
+@pytest.mark.parametrize(
+    ("command", "path"),
+    [
+        (subscribe_command, "subscribe.subscription"),
+        # A body numbered 16 or more: its tag byte is above 0x7F whatever the names.
+        (lambda name, rid: _lookup_command(TOPIC + name, rid), "lookup.topic"),
+    ],
+    ids=["SUBSCRIBE", "LOOKUP"],
+)
+def test_a_name_that_is_not_utf8_is_found_whatever_the_ids(
+    request_id: int, command: Callable[[str, int], pb.BaseCommand], path: str
+) -> None:
+    # The decoder skips the walk for a command whose body's bytes are all ASCII; ids of 128
+    # or more make varint bytes above 0x7F, and a bad name must still be found among them.
+    frame = with_bad_utf8(command("nameX", request_id), "nameX")
     (decoded,) = FrameDecoder(1 << 20).feed(frame)
-    assert decoded.invalid_text == "subscribe.subscription"
-    good = encode_command(subscribe_command("sub", request_id))
+    assert decoded.invalid_text == path
+    good = encode_command(command("namé", request_id))  # valid UTF-8, not ASCII: walked
     assert FrameDecoder(1 << 20).feed(good)[0].invalid_text is None
+    plain = encode_command(command("", request_id))
+    assert FrameDecoder(1 << 20).feed(plain)[0].invalid_text is None
 
 
 def test_the_closes_assigned_broker_urls_are_not_checked() -> None:

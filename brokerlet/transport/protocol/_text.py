@@ -66,11 +66,31 @@ def invalid_text_field(
     """
     if (command.type if type_value is None else type_value) in SKIPPED_TYPES:
         return None
-    # A string's bytes lie within the command's: with no byte above 0x7F anywhere, every
-    # string is ASCII. Most requests of a client with small ids pass this without a walk.
-    if serialized is not None and bytes(serialized).isascii():
-        return None
+    # A string's bytes lie within the body's: with no byte above 0x7F there, every string
+    # is ASCII. Most requests of a client with small ids pass this without a walk.
+    if serialized is not None:
+        data = bytes(serialized)
+        if data.isascii() or _body(data).isascii():
+            return None
     return _walk(command, "")
+
+
+def _body(serialized: bytes) -> bytes:
+    """``serialized`` past its leading type field and the body's tag and length: varints,
+    never text, and the tag of a body numbered 16 or more (LOOKUP's, say) is above 0x7F.
+    Anything laid out otherwise is returned whole (a walk at worst)."""
+    if serialized[:1] != b"\x08":  # the type field (1, varint) first, as encoders write it
+        return serialized
+    index = _after_varint(serialized, 1)
+    if index >= len(serialized) or serialized[index] & 7 != 2:  # a length-delimited body
+        return serialized
+    return serialized[_after_varint(serialized, _after_varint(serialized, index)) :]
+
+
+def _after_varint(data: bytes, index: int) -> int:
+    while index < len(data) and data[index] & 0x80:
+        index += 1
+    return index + 1
 
 
 def _walk(message: Message, prefix: str) -> str | None:
