@@ -420,6 +420,7 @@ class Broker:
             self.metadata = MetadataStore(None, cluster=settings.cluster_name)
         self.schemas = self._schema_registry(self.metadata)
         open_topics: dict[str, pykka.ActorRef[TopicActor]] = {}
+        open_topics_view = MappingProxyType(open_topics)  # the connections only read it
         self._broker_actor = BrokerActor.start(
             self.settings,
             self._storage,
@@ -446,7 +447,7 @@ class Broker:
             metadata=self.metadata,
             security=self.security,
             schemas=self.schemas,
-            open_topics=MappingProxyType(open_topics),
+            open_topics=open_topics_view,
         )
         self._server.start()
         if self._tls_context is not None and self.settings.broker_service_port_tls >= 0:
@@ -461,7 +462,7 @@ class Broker:
                 security=self.security,
                 limits_shared_with=self._server,
                 schemas=self.schemas,
-                open_topics=MappingProxyType(open_topics),
+                open_topics=open_topics_view,
             )
             self._tls_server.start()
         if self.settings.web_service_enabled:

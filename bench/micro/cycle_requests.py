@@ -98,14 +98,7 @@ class _Cycle:
         self._expect(T(type=T.PRODUCER, producer=producer), T.PRODUCER_SUCCESS)
 
     def subscribe(self) -> None:
-        subscribe = pb.CommandSubscribe(
-            topic=self.topic,
-            subscription="cycle",
-            sub_type=pb.CommandSubscribe.Shared,
-            consumer_id=1,
-            request_id=4,
-        )
-        self._expect(T(type=T.SUBSCRIBE, subscribe=subscribe), T.SUCCESS)
+        self.raw.subscribe(self.topic, "cycle")
 
     def flow(self) -> None:
         self.raw.sock.sendall(encode_flow(1, 1000))

@@ -13,6 +13,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from brokerlet.transport.protocol import pulsar_pb2 as pb
+from brokerlet.transport.protocol._payload import ANY_VARINT, walk_varint
 
 __all__ = ["invalid_text_field"]
 
@@ -79,18 +80,15 @@ def _body(serialized: bytes) -> bytes:
     """``serialized`` past its leading type field and the body's tag and length: varints,
     never text, and the tag of a body numbered 16 or more (LOOKUP's, say) is above 0x7F.
     Anything laid out otherwise is returned whole (a walk at worst)."""
+    end = len(serialized)
     if serialized[:1] != b"\x08":  # the type field (1, varint) first, as encoders write it
         return serialized
-    index = _after_varint(serialized, 1)
-    if index >= len(serialized) or serialized[index] & 7 != 2:  # a length-delimited body
+    kind, at = walk_varint(serialized, 1, end, ANY_VARINT)
+    tag, at = walk_varint(serialized, at, end, ANY_VARINT) if kind >= 0 else (-1, 0)
+    if tag < 0 or tag & 7 != 2:  # the body is length-delimited
         return serialized
-    return serialized[_after_varint(serialized, _after_varint(serialized, index)) :]
-
-
-def _after_varint(data: bytes, index: int) -> int:
-    while index < len(data) and data[index] & 0x80:
-        index += 1
-    return index + 1
+    length, at = walk_varint(serialized, at, end, ANY_VARINT)
+    return serialized[at:] if length >= 0 else serialized
 
 
 def _walk(message: Message, prefix: str) -> str | None:
