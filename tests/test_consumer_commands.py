@@ -247,7 +247,8 @@ def test_a_subscribe_for_a_consumer_id_in_use_is_answered_success(
         raw.produce(1, 0, b"once")
         raw.flow(1, 10)
         assert [m.payload for m in raw.receive(1, 1)] == [b"once"]
-    stats = broker.topic_stats(topic)
+        # Read while the connection is open: closing it removes the consumer.
+        stats = broker.topic_stats(topic)
     assert stats is not None
     assert list(stats["subscriptions"]) == ["sub"]
     assert len(stats["subscriptions"]["sub"]["consumers"]) == 1
