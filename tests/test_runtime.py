@@ -15,6 +15,7 @@ import pykka
 import pytest
 
 from brokerlet.actors._loop import FairInbox, take_turn
+from brokerlet.actors._registry import RefTable, install
 from brokerlet.actors._runtime import (
     GeventActor,
     GeventFuture,
@@ -566,3 +567,66 @@ def test_brokerlet_serve_stops_gevent_tracking_spawns_unless_told(
         env=env,
     )
     assert result.stdout.split() == [tracked]
+
+
+def test_pykkas_registry_keeps_its_refs_in_a_table() -> None:
+    # brokerlet.actors._registry: Pykka 4.5 scans its list of every running actor twice to
+    # unregister one. A Pykka that keeps its refs otherwise makes install() decline (the
+    # broker still works, each stop scans again): this says so at the upgrade.
+    assert isinstance(pykka.ActorRegistry._actor_refs, RefTable)
+    assert install() is True
+
+
+def test_the_registry_api_reads_the_table_as_it_read_pykkas_list(runtime: Runtime) -> None:
+    first_class = type("First", (Recorder, runtime.actor_class), {})
+    second_class = type("Second", (Recorder, runtime.actor_class), {})
+    first, second, third = first_class.start(), second_class.start(), first_class.start()
+    mine = [ref for ref in pykka.ActorRegistry.get_all() if ref in (first, second, third)]
+    assert mine == [first, second, third]  # start order, which stop_all reverses
+    assert pykka.ActorRegistry.get_by_class(first_class) == [first, third]
+    assert pykka.ActorRegistry.get_by_class_name("Second") == [second]
+    assert pykka.ActorRegistry.get_by_urn(second.actor_urn) is second
+    pykka.ActorRegistry.broadcast("hello", target_class=first_class)
+    assert first.ask("received", timeout=WAIT) == ["hello"]
+    assert third.ask("received", timeout=WAIT) == ["hello"]
+    assert second.ask("received", timeout=WAIT) == []
+    second.stop(block=True, timeout=WAIT)
+    assert second not in pykka.ActorRegistry.get_all()
+    assert pykka.ActorRegistry.get_by_urn(second.actor_urn) is None
+    pykka.ActorRegistry.unregister(second)  # again: Pykka logs it, as with its list
+
+
+def test_a_ref_table_behaves_as_the_list_it_replaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    refs = [unstarted_ref() for _ in range(4)]
+    monkeypatch.setattr(pykka.ActorRegistry, "_actor_refs", refs[:2])
+    assert install() is True
+    table = pykka.ActorRegistry._actor_refs
+    assert isinstance(table, RefTable)
+    assert table[:] == refs[:2]  # the refs registered before, in order
+    table.append(refs[2])
+    table.append(refs[3])
+    assert len(table) == 4
+    assert table[-1] is refs[3]
+    for ref in table:  # the table changing while iterated, as a list allowed
+        table.remove(ref)
+    assert table[:] == []
+    assert refs[0] not in table
+    with pytest.raises(ValueError, match="not registered"):
+        table.remove(refs[0])
+
+
+def test_install_leaves_a_registry_it_does_not_know(monkeypatch: pytest.MonkeyPatch) -> None:
+    kept: Any = (unstarted_ref(),)
+    monkeypatch.setattr(pykka.ActorRegistry, "_actor_refs", kept)
+    assert install() is False
+    assert pykka.ActorRegistry._actor_refs is kept
+    listed = [unstarted_ref()]
+    monkeypatch.setattr(pykka.ActorRegistry, "_actor_refs", listed)
+    monkeypatch.setattr(pykka.ActorRef, "__eq__", lambda self, other: self is other)
+    assert install() is False  # refs that compare by more than identity: not dict keys
+    assert pykka.ActorRegistry._actor_refs is listed
+
+
+def unstarted_ref() -> pykka.ActorRef[Any]:
+    """A ref of an actor that never starts: the table only keeps refs."""
+    return GeventActor().actor_ref

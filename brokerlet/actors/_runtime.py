@@ -42,6 +42,7 @@ import pykka
 import pykka.messages
 from pykka._envelope import Envelope
 
+from brokerlet.actors import _registry
 from brokerlet.actors._loop import FairInbox, handle_messages
 
 if TYPE_CHECKING:
@@ -61,6 +62,9 @@ __all__ = [
 
 failure_log = logging.getLogger("brokerlet.actors.supervision")
 pykka_log = logging.getLogger("pykka")
+
+# Every actor registers with Pykka, whose list would make each stop scan every running actor.
+_registry.install()
 
 T = TypeVar("T")
 _UNSET = pykka._future._Unset()  # pykka.Future's "no get-hook result yet"
