@@ -20,6 +20,7 @@ from bench.sections.flow import run_flow
 from bench.sections.keyshared import run_keyshared
 from bench.sections.latency import run_latency
 from bench.sections.memory import raise_file_limit, run_memory
+from bench.sections.open_topics import run_open_topics
 from bench.sections.partitions import run_partitions
 from bench.sections.schema import run_schema
 from bench.sections.selector import run_selector
@@ -42,6 +43,7 @@ SECTIONS = (
     "dedup",
     "startup",
     "memory",
+    "topics",
     "backpressure",
     "flow",
     "selector",
@@ -86,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "dedup": lambda: run_dedup(plan, args.producers),
         "startup": lambda: run_startup(plan),
         "memory": lambda: run_memory(plan),
+        "topics": lambda: run_open_topics(plan),
         "backpressure": lambda: run_backpressure(plan),
         "flow": lambda: run_flow(plan),
         "selector": lambda: run_selector(plan),

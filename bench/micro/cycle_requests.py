@@ -41,7 +41,14 @@ from brokerlet.testing.process import BrokerletProcess, ChildBroker
 from brokerlet.transport.protocol import build_entry, encode_ack, encode_flow, encode_send, pb
 from loadtests.brokers import PulsarLiteProcess
 
-__all__ = ["REQUESTS", "cpu_per_request", "instructions_per_request", "main"]
+__all__ = [
+    "REQUESTS",
+    "RawCycle",
+    "broker_cpu_ns",
+    "cpu_per_request",
+    "instructions_per_request",
+    "main",
+]
 
 T = pb.BaseCommand
 SENDS = 10
@@ -62,7 +69,7 @@ _ENTRY = build_entry(_METADATA, b"x" * 128)
 _SETTLE = 0.3  # s before a callgrind dump: a block's last replies are still being written
 
 
-class _Cycle:
+class RawCycle:
     """One cycle's state on one connection; each method is one of :data:`REQUESTS`."""
 
     def __init__(self, url: str) -> None:
@@ -151,7 +158,7 @@ class _Cycle:
         ]
 
 
-def _cpu_ns(pid: int) -> int:
+def broker_cpu_ns(pid: int) -> int:
     """CPU time of all ``pid``'s threads so far, from the scheduler's own accounting."""
     total = 0
     for task in os.listdir(f"/proc/{pid}/task"):
@@ -170,14 +177,14 @@ def cpu_per_request(
     spent: dict[str, list[list[int]]] = {name: [[] for _ in REQUESTS] for name in brokers}
     for round_ in range(cycles + 3):  # three cycles each to warm up
         for name, broker in brokers.items():
-            cycle = _Cycle(broker.service_url)
+            cycle = RawCycle(broker.service_url)
             for index, step in enumerate(cycle.steps(pause)):
                 time.sleep(pause)
-                before = _cpu_ns(broker.pid)
+                before = broker_cpu_ns(broker.pid)
                 step()
                 time.sleep(pause)  # what the request set off finishes (deliveries, closes)
                 if round_ >= 3:
-                    spent[name][index].append(_cpu_ns(broker.pid) - before)
+                    spent[name][index].append(broker_cpu_ns(broker.pid) - before)
     return {
         name: [statistics.mean(values) / 1e3 for values in per_request]
         for name, per_request in spent.items()
@@ -201,7 +208,7 @@ def instructions_per_request(
         with broker:
             broker.start(timeout=300)
             for measured in (False, True):  # a block of warm-up cycles first
-                group = [_Cycle(broker.service_url) for _ in range(cycles)]
+                group = [RawCycle(broker.service_url) for _ in range(cycles)]
                 _dump(broker)  # the block starts here
                 for index in range(len(REQUESTS)):
                     for cycle in group:

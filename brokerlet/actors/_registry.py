@@ -4,7 +4,7 @@ Pykka 4.5 keeps the ref of every running actor in one list, `ActorRegistry._acto
 unregisters a stopping actor with ``ref in refs`` and then ``refs.remove(ref)``: two scans
 of every running actor. A broker runs an actor per open topic, per subscription and per
 connection, and the newest (a connection's) is at the list's end, so with 8,000 open topics
-closing a connection scanned 16,000 refs twice on the hub (~0.9 ms of CPU;
+closing a connection scanned 16,000 refs twice on the hub (0.8-1.9 ms of CPU;
 ``python -m bench.micro.open_topics``). `install` puts a `RefTable` in the list's place: the
 same operations on an insertion-ordered dict. Pykka's public registry API (``get_all``,
 ``get_by_class``, ``get_by_urn``, ``broadcast``, ``stop_all``) reads it as it read the list.

@@ -1,0 +1,129 @@
+"""What a connection and a test-suite cycle cost the broker as open topics pile up.
+
+``python -m bench.micro.open_topics [--counts 0,2000,8000] [--cycles N] [--storage
+memory|disk] [--source DIR]``
+
+A test suite that makes a fresh topic per test leaves each one open with its durable
+subscription: after a few thousand tests the broker runs thousands of topic and dispatcher
+actors. A broker per count in ``--counts`` is brought to that many open topics (a
+subscription each, its consumer closed), and then the brokers take turns: each round, each
+broker's CPU (all threads, ``schedstat``) is measured for a bare connection (connect, then
+close) and for a raw test-suite cycle (`bench.micro.cycle_requests.RawCycle`, a fresh topic),
+2 ms apart; ``--cycles`` rounds, medians. The figures to read are each count's against the
+first: a cost that grows with the open topics is work that scans them. Prints figures, never
+asserts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from functools import partial
+from pathlib import Path
+
+from bench.micro.cycle_requests import RawCycle, broker_cpu_ns
+from bench.rawsocket import RawConnection
+from brokerlet.testing.process import BrokerletProcess
+from brokerlet.transport.protocol import pb
+
+__all__ = ["main", "measure", "open_topics"]
+
+T = pb.BaseCommand
+
+_GAP = 0.002  # s after each measured unit: what it set off (closes) finishes
+
+
+def open_topics(url: str, count: int) -> None:
+    """``count`` more topics, each with a durable subscription; left open. Each consumer is
+    closed and its close answered, so none of this work spills into what is measured next."""
+    connection = RawConnection(url, "open-topics")
+    try:
+        for request_id in range(1, count + 1):
+            topic = f"persistent://public/default/open-{uuid.uuid4().hex[:12]}"
+            connection.subscribe(topic, "suite")
+            close = pb.CommandCloseConsumer(consumer_id=1, request_id=request_id)
+            reply = connection.request(T(type=T.CLOSE_CONSUMER, close_consumer=close))
+            if reply.type != T.SUCCESS:
+                raise RuntimeError(f"CLOSE_CONSUMER failed: {reply}")
+    finally:
+        connection.close()
+
+
+def _cpu_us(broker: BrokerletProcess, unit: Callable[[], None]) -> float:
+    before = broker_cpu_ns(broker.pid)
+    unit()
+    time.sleep(_GAP)
+    return (broker_cpu_ns(broker.pid) - before) / 1e3
+
+
+def _connect_and_close(url: str) -> None:
+    RawConnection(url, "open-topics").close()
+
+
+def _cycle(url: str) -> None:
+    for step in RawCycle(url).steps(0.0):
+        step()
+
+
+def measure(
+    counts: list[int], cycles: int, storage: str = "memory", source: Path | None = None
+) -> list[dict[str, float]]:
+    """Median broker CPU µs of a bare connection (``connection_us``) and of a raw cycle
+    (``cycle_us``) with each count of open topics: a broker per count, each brought to its
+    count first, then measured in turns (a connection and a cycle each per round)."""
+    with ExitStack() as stack:
+        brokers = []
+        for count in counts:
+            broker = stack.enter_context(BrokerletProcess(["--storage", storage], source=source))
+            broker.start()
+            for _ in range(20):  # warm
+                _cycle(broker.service_url)
+            open_topics(broker.service_url, count)
+            brokers.append(broker)
+        spent: list[tuple[list[float], list[float]]] = [([], []) for _ in counts]
+        for _ in range(cycles):
+            for broker, (connections, cycle_costs) in zip(brokers, spent, strict=True):
+                connections.append(_cpu_us(broker, partial(_connect_and_close, broker.service_url)))
+                cycle_costs.append(_cpu_us(broker, partial(_cycle, broker.service_url)))
+    return [
+        {
+            "open_topics": count,
+            "connection_us": statistics.median(connections),
+            "cycle_us": statistics.median(cycle_costs),
+        }
+        for count, (connections, cycle_costs) in zip(counts, spent, strict=True)
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.micro.open_topics")
+    parser.add_argument("--counts", default="0,2000,8000", help="open topics per broker")
+    parser.add_argument("--cycles", type=int, default=200)
+    parser.add_argument("--storage", choices=("memory", "disk"), default="memory")
+    parser.add_argument("--source", type=Path, metavar="DIR")
+    args = parser.parse_args()
+    counts = [int(value) for value in args.counts.split(",")]
+    if min(counts) < 0:
+        parser.error(f"--counts must be 0 or more: {args.counts}")
+    print(
+        f"broker CPU µs (median of {args.cycles}), brokerlet {args.storage}, as open topics "
+        f"pile up ({time.strftime('%H:%M')})"
+    )
+    print(f"  {'open topics':>12}{'connect + close':>18}{'raw cycle':>15}")
+    results = measure(counts, args.cycles, args.storage, args.source)
+    first = results[0]
+    for row in results:
+        connection, cycle = row["connection_us"], row["cycle_us"]
+        print(
+            f"  {row['open_topics']:>12,.0f}{connection:>10,.0f} "
+            f"({connection / first['connection_us']:.2f}x){cycle:>8,.0f} "
+            f"({cycle / first['cycle_us']:.2f}x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
