@@ -6,17 +6,18 @@ memory|disk] [--source DIR]``
 A test suite that makes a fresh topic per test leaves each one open with its durable
 subscription: after a few thousand tests the broker runs thousands of topic and dispatcher
 actors. A broker per count in ``--counts`` is brought to that many open topics (a
-subscription each, its consumer closed), and then the brokers take turns: each round, each
-broker's CPU (all threads, ``schedstat``) is measured for a bare connection (connect, then
-close) and for a raw test-suite cycle (`bench.micro.cycle_requests.RawCycle`, a fresh topic),
-2 ms apart; ``--cycles`` rounds, medians. The figures to read are each count's against the
-first: a cost that grows with the open topics is work that scans them. Prints figures, never
-asserts them.
+subscription each, its consumer closed) and left until idle; then the brokers take turns:
+each round, each broker's CPU (all threads, ``schedstat``) is measured for a bare connection
+(connect, then close) and for a raw test-suite cycle (`bench.micro.cycle_requests.RawCycle`,
+a fresh topic), 2 ms apart; ``--cycles`` rounds, medians. The figures to read are each
+count's against the first: a cost that grows with the open topics is work that scans them.
+Prints figures, never asserts them.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 import uuid
@@ -53,6 +54,26 @@ def open_topics(url: str, count: int) -> None:
         connection.close()
 
 
+def _wait_until_idle(pid: int, timeout: float = 300.0) -> None:
+    """Until the broker spends under 2% of a core over half a second: on disk, what opening
+    the topics left to the storage threads (their files, fsyncs) runs for seconds after."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = _process_ticks(pid)
+        time.sleep(0.5)
+        if (_process_ticks(pid) - before) / ticks < 0.01:
+            return
+    raise RuntimeError(f"the broker stayed busy for {timeout:.0f} s after opening its topics")
+
+
+def _process_ticks(pid: int) -> int:
+    """User + system clock ticks of the process, its ended threads included."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def _cpu_us(broker: BrokerletProcess, unit: Callable[[], None]) -> float:
     before = broker_cpu_ns(broker.pid)
     unit()
@@ -84,6 +105,8 @@ def measure(
                 _cycle(broker.service_url)
             open_topics(broker.service_url, count)
             brokers.append(broker)
+        for broker in brokers:
+            _wait_until_idle(broker.pid)
         spent: list[tuple[list[float], list[float]]] = [([], []) for _ in counts]
         for _ in range(cycles):
             for broker, (connections, cycle_costs) in zip(brokers, spent, strict=True):
