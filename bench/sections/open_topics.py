@@ -18,7 +18,7 @@ GROWTH_TARGET = 1.2
 
 
 def run_open_topics(plan: Plan) -> SectionResult:
-    """Bare connections and raw cycles on a broker with none and with many open topics."""
+    """Bare connections and raw cycles, brokers with none and with many open topics in turns."""
     many, cycles = (2_000, 50) if plan.micro_quick else (8_000, 200)
     print(f"topics: bench/micro/open_topics.py --counts 0,{many} --cycles {cycles}", flush=True)
     results = open_topics.measure([0, many], cycles)
