@@ -15,10 +15,12 @@ import pulsar
 import pytest
 
 from brokerlet import Broker
+from brokerlet.actors.messages import BacklogQuotaReport
+from brokerlet.actors.topic import TopicActor
 from brokerlet.storage import MemoryLedger
 from brokerlet.storage.backlog_quota import BacklogQuota, QuotaService
 from brokerlet.testing.waiting import wait_until
-from tests.datarules import admin, broker_factory, client_for, drain, stats
+from tests.datarules import admin, await_passes, broker_factory, client_for, drain, stats
 from tests.test_message_ttl import entry_published_at
 
 make_broker = pytest.fixture(params=["memory", "disk"])(broker_factory)
@@ -175,3 +177,35 @@ def test_message_age_quota_and_the_eviction_points() -> None:
     # Under both limits: nothing.
     quotas = (BacklogQuota(10**9), BacklogQuota(-1, 10**6))
     assert service.check("t", ledger, 9)[0].exceeded is None
+
+
+def test_an_unchanged_state_is_told_once_and_an_exceeded_one_at_every_check(
+    make_broker: Callable[..., Broker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # BrokerActor._report_quota: telling every open topic its unchanged state at every check
+    # woke each topic's actor (8,000 runs a minute with 8,000 open topics). An exceeded state
+    # is told at every check: the topic acts on it (and may reset its own copy).
+    told: list[str | None] = []
+    handle = TopicActor._backlog_quota
+
+    def counted(actor: TopicActor, message: BacklogQuotaReport) -> None:
+        told.append(message.state.exceeded)
+        handle(actor, message)
+
+    monkeypatch.setattr(TopicActor, "_backlog_quota", counted)
+    topic = "persistent://public/default/quota-told"
+    broker = make_broker(backlog_quota_check_interval_in_seconds=0.05)
+    client = client_for(broker)
+    try:
+        sub = client.subscribe(topic, "slow", initial_position=pulsar.InitialPosition.Earliest)
+        await_passes(broker, "quotas", 3)  # no backlog: the same state at each check
+        assert told == [None]
+        fill(client, topic)
+        set_quota(broker, "producer_exception")
+        wait_until_flagged(broker, topic)
+        flagged = told.count("destination_storage")
+        await_passes(broker, "quotas", 3)
+        assert told.count("destination_storage") >= flagged + 2
+        assert_welcome_once_drained(broker, client, topic, sub)
+    finally:
+        client.close()

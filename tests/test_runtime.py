@@ -14,7 +14,7 @@ import gevent.event
 import pykka
 import pytest
 
-from brokerlet.actors._loop import FairInbox, take_turn
+from brokerlet.actors._loop import TIME_SLICE, FairInbox, in_turns, take_turn
 from brokerlet.actors._registry import RefTable, install
 from brokerlet.actors._runtime import (
     GeventActor,
@@ -630,3 +630,33 @@ def test_install_leaves_a_registry_it_does_not_know(monkeypatch: pytest.MonkeyPa
 def unstarted_ref() -> pykka.ActorRef[Any]:
     """A ref of an actor that never starts: the table only keeps refs."""
     return GeventActor().actor_ref
+
+
+def test_a_pass_in_turns_lets_others_run_between_its_items() -> None:
+    # brokerlet.actors._loop.in_turns: the periodic passes over every open topic (quotas,
+    # expiry, retention, compaction thresholds) took 150 ms of the hub with 8,000 topics.
+    work = TIME_SLICE / 4  # of CPU per item: the pass needs several slices
+    items = 40
+    reached: list[int] = []
+    done: list[int] = []
+
+    def busy(seconds: float) -> None:  # CPU, as a check of one topic is
+        ends = time.perf_counter() + seconds
+        while time.perf_counter() < ends:
+            pass
+
+    def sweep() -> None:
+        for index in in_turns(range(items)):
+            busy(work)
+            done.append(index)
+
+    def other() -> None:
+        reached.append(len(done))
+
+    sweeper = gevent.spawn(sweep)
+    gevent.sleep(0)  # the sweep runs until its first turn
+    gevent.spawn(other)
+    sweeper.join(timeout=WAIT)
+    assert done == list(range(items))
+    assert reached
+    assert reached[0] < items  # it ran while the pass still had items left

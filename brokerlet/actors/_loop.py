@@ -8,7 +8,8 @@ from __future__ import annotations
 import collections
 import queue
 import time
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import gevent
 import pykka.messages
@@ -17,8 +18,10 @@ from pykka._envelope import Envelope
 if TYPE_CHECKING:
     from brokerlet.actors._runtime import GeventActor
 
-__all__ = ["TIME_SLICE", "FairInbox", "handle_messages", "take_turn"]
+__all__ = ["TIME_SLICE", "FairInbox", "handle_messages", "in_turns", "take_turn"]
 
+
+T = TypeVar("T")
 
 TIME_SLICE: Final = 0.001
 """Seconds an actor may keep handling queued messages before it lets the hub run others."""
@@ -42,6 +45,19 @@ def take_turn() -> None:
     hub.loop.update_now()
     with hub.loop.timer(0.0) as turn:
         hub.wait(turn)
+
+
+def in_turns(items: Iterable[T]) -> Iterator[T]:
+    """``items``, one by one, taking a turn (`take_turn`) whenever :data:`TIME_SLICE` has
+    gone by since the last: a periodic pass over every open topic (quotas, expiry,
+    retention, compaction thresholds) lets the hub run others between topics, instead of
+    holding it for all of them (150 ms with 8,000 topics)."""
+    slice_ends = time.perf_counter() + TIME_SLICE
+    for item in items:
+        yield item
+        if time.perf_counter() >= slice_ends:
+            take_turn()
+            slice_ends = time.perf_counter() + TIME_SLICE
 
 
 class FairInbox:

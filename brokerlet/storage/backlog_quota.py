@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import gevent
 
+from brokerlet.actors._loop import in_turns
 from brokerlet.storage.expiry import _read_one, newest_published_before, publish_time
 from brokerlet.storage.ledger import Ledger
 from brokerlet.transport.protocol import pb
@@ -141,7 +142,7 @@ class QuotaService:
 
     def __init__(
         self,
-        targets: Callable[[], list[tuple[str, Ledger, Callable[[QuotaState, int], None]]]],
+        targets: Callable[[], Iterable[tuple[str, Ledger, Callable[[QuotaState, int], None]]]],
         quotas_of: Callable[[str], tuple[BacklogQuota, BacklogQuota]],
         interval: float,
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
@@ -151,6 +152,7 @@ class QuotaService:
         self._interval = interval
         self._clock = clock
         self._greenlet: gevent.Greenlet[Any, Any] | None = None
+        self.passes = 0
 
     def start(self) -> None:
         if self._greenlet is None:
@@ -188,7 +190,7 @@ class QuotaService:
         return QuotaState(None, size_quota.policy, age_s, **limits), -1
 
     def run_once(self) -> None:
-        for name, ledger, report in self._targets():
+        for name, ledger, report in in_turns(self._targets()):
             try:
                 state, evict = self.check(name, ledger, ledger.consumed_up_to)
                 report(state, evict)
@@ -199,3 +201,4 @@ class QuotaService:
         while True:
             gevent.sleep(self._interval)
             self.run_once()
+            self.passes += 1

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import gevent
 import gevent.event
 
+from brokerlet.actors._loop import in_turns
 from brokerlet.dispatch.stats import Rate
 from brokerlet.storage.ledger import Entry, Ledger
 from brokerlet.transport.protocol import ProtocolError, parse_metadata
@@ -122,7 +123,7 @@ class ExpiryService:
 
     def __init__(
         self,
-        targets: Callable[[], list[tuple[str, Ledger, Callable[[int], None]]]],
+        targets: Callable[[], Iterable[tuple[str, Ledger, Callable[[int], None]]]],
         ttl_of: Callable[[str], int],
         interval: float,
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
@@ -146,7 +147,7 @@ class ExpiryService:
     def run_once(self) -> int:
         """One pass over every open topic; returns how many topics had entries expired."""
         moved = 0
-        for name, ledger, expire in self._targets():
+        for name, ledger, expire in in_turns(self._targets()):
             try:
                 ttl = self._ttl_of(name)
                 if ttl <= 0 or ledger.last_entry_id < ledger.first_entry_id:

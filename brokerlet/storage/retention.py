@@ -31,6 +31,8 @@ from typing import Any, NamedTuple, Protocol
 import gevent
 import gevent.event
 
+from brokerlet.actors._loop import in_turns
+
 __all__ = [
     "Retainable",
     "RetentionPolicy",
@@ -196,7 +198,7 @@ class RetentionService:
     def run_once(self, names: Sequence[str] | None = None) -> int:
         """Check the named topics (every topic when None); returns segments dropped."""
         dropped = 0
-        for name in list(self._ledgers) if names is None else names:
+        for name in in_turns(list(self._ledgers) if names is None else names):
             ledger = self._ledgers.get(name)
             if ledger is None:
                 continue
