@@ -11,12 +11,17 @@ each round, each broker's CPU (all threads, ``schedstat``) is measured for a bar
 (connect, then close) and for a raw test-suite cycle (`bench.micro.cycle_requests.RawCycle`,
 a fresh topic), 2 ms apart; ``--cycles`` rounds, medians. The figures to read are each
 count's against the first: a cost that grows with the open topics is work that scans them.
+Then each broker answers PINGs 1 ms apart for a few seconds while its periodic checks (backlog
+quotas, compaction thresholds, retention, expiry; every second here instead of every minute
+or more) walk its open topics: the slowest PING says how long a pass held the hub. The
+client's own garbage collector is off meanwhile (its pauses would be read as the broker's).
 Prints figures, never asserts them.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import time
@@ -36,6 +41,14 @@ __all__ = ["main", "measure", "open_topics"]
 T = pb.BaseCommand
 
 _GAP = 0.002  # s after each measured unit: what it set off (closes) finishes
+# Every periodic pass over the open topics once a second, so a few seconds of PINGs meet them.
+_CHECKS_EVERY_SECOND = [
+    "--backlog-quota-check-interval-in-seconds=1",
+    "--broker-service-compaction-monitor-interval-in-seconds=1",
+    "--retention-check-interval-in-seconds=1",
+    "--message-expiry-check-interval-in-minutes=0.0167",
+]
+_PING_SECONDS = 5.0
 
 
 def open_topics(url: str, count: int) -> None:
@@ -81,6 +94,26 @@ def _cpu_us(broker: BrokerletProcess, unit: Callable[[], None]) -> float:
     return (broker_cpu_ns(broker.pid) - before) / 1e3
 
 
+def _slowest_pings(url: str, seconds: float) -> tuple[float, float]:
+    """The slowest PING round trip and the p99.9, ms, of PINGs 1 ms apart for ``seconds``."""
+    ping = T(type=T.PING, ping=pb.CommandPing())
+    times: list[float] = []
+    connection = RawConnection(url, "open-topics")
+    gc.disable()
+    try:
+        ends = time.monotonic() + seconds
+        while time.monotonic() < ends:
+            sent = time.perf_counter()
+            connection.request(ping)
+            times.append(time.perf_counter() - sent)
+            time.sleep(0.001)
+    finally:
+        gc.enable()
+        connection.close()
+    times.sort()
+    return times[-1] * 1e3, times[int(len(times) * 0.999)] * 1e3
+
+
 def _connect_and_close(url: str) -> None:
     RawConnection(url, "open-topics").close()
 
@@ -99,7 +132,9 @@ def measure(
     with ExitStack() as stack:
         brokers = []
         for count in counts:
-            broker = stack.enter_context(BrokerletProcess(["--storage", storage], source=source))
+            broker = stack.enter_context(
+                BrokerletProcess(["--storage", storage, *_CHECKS_EVERY_SECOND], source=source)
+            )
             broker.start()
             for _ in range(20):  # warm
                 _cycle(broker.service_url)
@@ -112,13 +147,18 @@ def measure(
             for broker, (connections, cycle_costs) in zip(brokers, spent, strict=True):
                 connections.append(_cpu_us(broker, partial(_connect_and_close, broker.service_url)))
                 cycle_costs.append(_cpu_us(broker, partial(_cycle, broker.service_url)))
+        pings = [_slowest_pings(broker.service_url, _PING_SECONDS) for broker in brokers]
     return [
         {
             "open_topics": count,
             "connection_us": statistics.median(connections),
             "cycle_us": statistics.median(cycle_costs),
+            "slowest_ping_ms": slowest,
+            "ping_p999_ms": p999,
         }
-        for count, (connections, cycle_costs) in zip(counts, spent, strict=True)
+        for count, (connections, cycle_costs), (slowest, p999) in zip(
+            counts, spent, pings, strict=True
+        )
     ]
 
 
@@ -136,7 +176,10 @@ def main() -> None:
         f"broker CPU µs (median of {args.cycles}), brokerlet {args.storage}, as open topics "
         f"pile up ({time.strftime('%H:%M')})"
     )
-    print(f"  {'open topics':>12}{'connect + close':>18}{'raw cycle':>15}")
+    print(
+        f"  {'open topics':>12}{'connect + close':>18}{'raw cycle':>15}"
+        f"{'PING, checks running: slowest / p99.9':>40}"
+    )
     results = measure(counts, args.cycles, args.storage, args.source)
     first = results[0]
     for row in results:
@@ -145,6 +188,7 @@ def main() -> None:
             f"  {row['open_topics']:>12,.0f}{connection:>10,.0f} "
             f"({connection / first['connection_us']:.2f}x){cycle:>8,.0f} "
             f"({cycle / first['cycle_us']:.2f}x)"
+            f"{row['slowest_ping_ms']:>24.1f} / {row['ping_p999_ms']:.1f} ms"
         )
 
 
