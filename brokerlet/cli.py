@@ -21,7 +21,14 @@ from brokerlet.metadata import MetadataError
 from brokerlet.security.tokens_cli import add_tokens_parser, run_tokens
 from brokerlet.storage import StorageError
 
-__all__ = ["YOUNG_GC_THRESHOLD", "main", "settle_heap", "untrack_greenlet_tree"]
+__all__ = [
+    "MIDDLE_GC_THRESHOLD",
+    "OLD_GC_THRESHOLD",
+    "YOUNG_GC_THRESHOLD",
+    "main",
+    "settle_heap",
+    "untrack_greenlet_tree",
+]
 
 YOUNG_GC_THRESHOLD = 10_000
 """Net new container objects that start a young-generation collection (Python's default 700).
@@ -34,18 +41,27 @@ the in-flight objects no longer reach the threshold: under the probe's sustained
 collections fell from about 400 to 7 per 150,000 messages, and to none once the ledgers kept
 their entries without an object each (``storage.ledger.MemoryLedger``, the tail cache)."""
 
+MIDDLE_GC_THRESHOLD = 2
+"""Young collections before a generation-1 one (Python's 10). A new topic's objects survive,
+so with 10 a generation-1 collection walked ~100,000 of them: 25-40 ms each while topics were
+made with 8,000 open, 4-6 ms with 2 (docs/performance.md, thirty-first pass)."""
+
+OLD_GC_THRESHOLD = 50
+"""Generation-1 collections before a full one is considered (Python's 10): with
+:data:`MIDDLE_GC_THRESHOLD` at 2, every 100 young collections, as with Python's 10 and 10."""
+
 
 def settle_heap() -> None:
     """Tune the garbage collector for a process that is a broker, once it is ready.
 
     Everything alive now (modules, settings, actors) lives as long as the process: it is kept
     out of every later collection, which would otherwise walk it (a full collection paused the
-    event loop ~8 ms). Young collections wait for :data:`YOUNG_GC_THRESHOLD` new objects. Only
-    ``brokerlet serve`` does this; an embedding program owns its heap.
+    event loop ~8 ms). Young collections wait for :data:`YOUNG_GC_THRESHOLD` new objects, and
+    generation 1 is collected every :data:`MIDDLE_GC_THRESHOLD` of them. Only ``brokerlet
+    serve`` does this; an embedding program owns its heap.
     """
     gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(YOUNG_GC_THRESHOLD, middle, old)
+    gc.set_threshold(YOUNG_GC_THRESHOLD, MIDDLE_GC_THRESHOLD, OLD_GC_THRESHOLD)
 
 
 def untrack_greenlet_tree() -> None:

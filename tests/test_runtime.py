@@ -533,12 +533,12 @@ def test_a_reader_killed_while_waiting_leaves_the_inbox_working() -> None:
     assert gevent.spawn(inbox.get).get(timeout=WAIT) == "kept"
 
 
-def test_brokerlet_serve_freezes_its_heap_and_raises_the_young_threshold() -> None:
+def test_brokerlet_serve_freezes_its_heap_and_sets_the_collectors_thresholds() -> None:
     # In a child: the collector's settings are process-wide.
     code = (
-        "import gc; from brokerlet.cli import settle_heap, YOUNG_GC_THRESHOLD as T; "
-        "before = gc.get_threshold(); settle_heap(); after = gc.get_threshold(); "
-        "print(after == (T, *before[1:]), gc.get_freeze_count() > 0)"
+        "import gc; from brokerlet.cli import settle_heap, YOUNG_GC_THRESHOLD as Y, "
+        "MIDDLE_GC_THRESHOLD as M, OLD_GC_THRESHOLD as O; "
+        "settle_heap(); print(gc.get_threshold() == (Y, M, O), gc.get_freeze_count() > 0)"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
