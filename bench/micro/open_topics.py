@@ -11,9 +11,9 @@ each round, each broker's CPU (all threads, ``schedstat``) is measured for a bar
 (connect, then close) and for a raw test-suite cycle (`bench.micro.cycle_requests.RawCycle`,
 a fresh topic), 2 ms apart; ``--cycles`` rounds, medians. The figures to read are each
 count's against the first: a cost that grows with the open topics is work that scans them.
-Then each broker answers PINGs 1 ms apart for a few seconds while its periodic checks (backlog
-quotas, compaction thresholds, retention, expiry; every second here instead of every minute
-or more) walk its open topics: the slowest PING says how long a pass held the hub. The
+Then a second broker per count answers PINGs 1 ms apart for a few seconds while its periodic
+checks (backlog quotas, compaction thresholds, retention, expiry; every second here instead of
+every minute or more) walk its open topics: the slowest PING says how long a pass held the hub. The
 client's own garbage collector is off meanwhile (its pauses would be read as the broker's).
 Prints figures, never asserts them.
 """
@@ -123,30 +123,42 @@ def _cycle(url: str) -> None:
         step()
 
 
+def _loaded_brokers(
+    stack: ExitStack, counts: list[int], flags: list[str], source: Path | None
+) -> list[BrokerletProcess]:
+    """A broker per count, warmed, with that many open topics, idle."""
+    brokers = []
+    for count in counts:
+        broker = stack.enter_context(BrokerletProcess(flags, source=source))
+        broker.start()
+        for _ in range(20):  # warm
+            _cycle(broker.service_url)
+        open_topics(broker.service_url, count)
+        brokers.append(broker)
+    for broker in brokers:
+        _wait_until_idle(broker.pid)
+    return brokers
+
+
 def measure(
     counts: list[int], cycles: int, storage: str = "memory", source: Path | None = None
 ) -> list[dict[str, float]]:
     """Median broker CPU µs of a bare connection (``connection_us``) and of a raw cycle
     (``cycle_us``) with each count of open topics: a broker per count, each brought to its
-    count first, then measured in turns (a connection and a cycle each per round)."""
+    count first, then measured in turns (a connection and a cycle each per round). Then the
+    slowest PING and the p99.9 (``slowest_ping_ms``, ``ping_p999_ms``) on fresh brokers with
+    the same counts whose periodic checks run every second (on the first brokers they would
+    have run into the CPU measured)."""
+    spent: list[tuple[list[float], list[float]]] = [([], []) for _ in counts]
     with ExitStack() as stack:
-        brokers = []
-        for count in counts:
-            broker = stack.enter_context(
-                BrokerletProcess(["--storage", storage, *_CHECKS_EVERY_SECOND], source=source)
-            )
-            broker.start()
-            for _ in range(20):  # warm
-                _cycle(broker.service_url)
-            open_topics(broker.service_url, count)
-            brokers.append(broker)
-        for broker in brokers:
-            _wait_until_idle(broker.pid)
-        spent: list[tuple[list[float], list[float]]] = [([], []) for _ in counts]
+        brokers = _loaded_brokers(stack, counts, ["--storage", storage], source)
         for _ in range(cycles):
             for broker, (connections, cycle_costs) in zip(brokers, spent, strict=True):
                 connections.append(_cpu_us(broker, partial(_connect_and_close, broker.service_url)))
                 cycle_costs.append(_cpu_us(broker, partial(_cycle, broker.service_url)))
+    with ExitStack() as stack:
+        flags = ["--storage", storage, *_CHECKS_EVERY_SECOND]
+        brokers = _loaded_brokers(stack, counts, flags, source)
         pings = [_slowest_pings(broker.service_url, _PING_SECONDS) for broker in brokers]
     return [
         {
