@@ -44,7 +44,7 @@ their entries without an object each (``storage.ledger.MemoryLedger``, the tail 
 MIDDLE_GC_THRESHOLD = 2
 """Young collections before a generation-1 one (Python's 10). A new topic's objects survive,
 so with 10 a generation-1 collection walked ~100,000 of them: 25-40 ms each while topics were
-made with 8,000 open, 4-6 ms with 2 (docs/performance.md, thirty-first pass)."""
+made with 8,000 open, 4-9 ms with 2 (docs/performance.md, thirty-first pass)."""
 
 OLD_GC_THRESHOLD = 50
 """Generation-1 collections before a full one is considered (Python's 10): with
