@@ -59,9 +59,23 @@ class RawConnection:
             request_id=1,
             initial_position=pb.CommandSubscribe.Earliest,
         )
-        reply = self.request(T(type=T.SUBSCRIBE, subscribe=subscribe))
-        if reply.type != T.SUCCESS:
-            raise RuntimeError(f"SUBSCRIBE failed: {reply}")
+        self.expect(T(type=T.SUBSCRIBE, subscribe=subscribe), T.SUCCESS)
+
+    def expect(
+        self, command: pb.BaseCommand, kind: pb.BaseCommand.Type.ValueType
+    ) -> pb.BaseCommand:
+        """`request`, whose answer must be of ``kind`` (a RuntimeError otherwise)."""
+        reply = self.request(command)
+        if reply.type != kind:
+            raise RuntimeError(
+                f"{T.Type.Name(command.type)}: expected {T.Type.Name(kind)}, got {reply}"
+            )
+        return reply
+
+    def close_consumer(self, consumer_id: int = 1, request_id: int = 1) -> None:
+        """CLOSE_CONSUMER; waits for SUCCESS."""
+        close = pb.CommandCloseConsumer(consumer_id=consumer_id, request_id=request_id)
+        self.expect(T(type=T.CLOSE_CONSUMER, close_consumer=close), T.SUCCESS)
 
     def read(self, wanted: int) -> list[pb.BaseCommand]:
         """At least ``wanted`` commands: every one that the bytes received so far complete."""

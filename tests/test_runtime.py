@@ -639,6 +639,7 @@ def test_a_pass_in_turns_lets_others_run_between_its_items() -> None:
     items = 40
     reached: list[int] = []
     done: list[int] = []
+    started = gevent.event.Event()
 
     def busy(seconds: float) -> None:  # CPU, as a check of one topic is
         ends = time.perf_counter() + seconds
@@ -649,12 +650,13 @@ def test_a_pass_in_turns_lets_others_run_between_its_items() -> None:
         for index in in_turns(range(items)):
             busy(work)
             done.append(index)
+            started.set()
 
     def other() -> None:
         reached.append(len(done))
 
     sweeper = gevent.spawn(sweep)
-    gevent.sleep(0)  # the sweep runs until its first turn
+    assert started.wait(WAIT)  # resumed at the sweep's first turn
     gevent.spawn(other)
     sweeper.join(timeout=WAIT)
     assert done == list(range(items))

@@ -83,26 +83,21 @@ class RawCycle:
         assert self.connection is not None
         return self.connection
 
-    def _expect(self, command: pb.BaseCommand, kind: pb.BaseCommand.Type.ValueType) -> None:
-        reply = self.raw.request(command)
-        if reply.type != kind:
-            raise RuntimeError(f"expected {T.Type.Name(kind)}, got {reply}")
-
     def connect(self) -> None:
         self.connection = RawConnection(self.url, "cycle-requests")
 
     def lookup(self) -> None:
         metadata = pb.CommandPartitionedTopicMetadata(topic=self.topic, request_id=1)
-        self._expect(
+        self.raw.expect(
             T(type=T.PARTITIONED_METADATA, partitioned_metadata=metadata),
             T.PARTITIONED_METADATA_RESPONSE,
         )
         lookup = pb.CommandLookupTopic(topic=self.topic, request_id=2)
-        self._expect(T(type=T.LOOKUP, lookup=lookup), T.LOOKUP_RESPONSE)
+        self.raw.expect(T(type=T.LOOKUP, lookup=lookup), T.LOOKUP_RESPONSE)
 
     def producer(self) -> None:
         producer = pb.CommandProducer(topic=self.topic, producer_id=1, request_id=3)
-        self._expect(T(type=T.PRODUCER, producer=producer), T.PRODUCER_SUCCESS)
+        self.raw.expect(T(type=T.PRODUCER, producer=producer), T.PRODUCER_SUCCESS)
 
     def subscribe(self) -> None:
         self.raw.subscribe(self.topic, "cycle")
@@ -133,11 +128,10 @@ class RawCycle:
 
     def close_producer(self) -> None:
         close = pb.CommandCloseProducer(producer_id=1, request_id=5)
-        self._expect(T(type=T.CLOSE_PRODUCER, close_producer=close), T.SUCCESS)
+        self.raw.expect(T(type=T.CLOSE_PRODUCER, close_producer=close), T.SUCCESS)
 
     def close_consumer(self) -> None:
-        close = pb.CommandCloseConsumer(consumer_id=1, request_id=6)
-        self._expect(T(type=T.CLOSE_CONSUMER, close_consumer=close), T.SUCCESS)
+        self.raw.close_consumer(1, 6)
 
     def close(self) -> None:
         self.raw.close()

@@ -59,10 +59,7 @@ def open_topics(url: str, count: int) -> None:
         for request_id in range(1, count + 1):
             topic = f"persistent://public/default/open-{uuid.uuid4().hex[:12]}"
             connection.subscribe(topic, "suite")
-            close = pb.CommandCloseConsumer(consumer_id=1, request_id=request_id)
-            reply = connection.request(T(type=T.CLOSE_CONSUMER, close_consumer=close))
-            if reply.type != T.SUCCESS:
-                raise RuntimeError(f"CLOSE_CONSUMER failed: {reply}")
+            connection.close_consumer(1, request_id)
     finally:
         connection.close()
 

@@ -144,16 +144,20 @@ class BrokerActor(GeventActor):
                 if threshold > 0:
                     tell_quietly(ref, MaybeCompact(threshold))
 
-    # Generators over a copy of the open topics: the passes take turns between topics, and
-    # a reporter made per topic as the pass reaches it (building all first held the hub).
+    def _open_ledgers(self) -> Iterator[tuple[str, pykka.ActorRef[TopicActor], Ledger]]:
+        """The open topics with their ledgers, from a copy of the map, one at a time: the
+        periodic passes take turns between topics, and make what they need per topic as
+        they reach it (building it for all first held the hub)."""
+        for name, ref in list(self.topics.items()):
+            ledger = self._ledgers.get(name)
+            if ledger is not None:
+                yield name, ref, ledger
 
     def _quota_targets(self) -> Iterator[tuple[str, Ledger, Callable[[QuotaState, int], None]]]:
         for gone in self._quota_told.keys() - self.topics.keys():
             del self._quota_told[gone]
-        for name, ref in list(self.topics.items()):
-            ledger = self._ledgers.get(name)
-            if ledger is not None:
-                yield name, ledger, partial(self._report_quota, name, ref)
+        for name, ref, ledger in self._open_ledgers():
+            yield name, ledger, partial(self._report_quota, name, ref)
 
     def _report_quota(
         self, name: str, topic: pykka.ActorRef[TopicActor], state: QuotaState, evict_to: int
@@ -169,10 +173,8 @@ class BrokerActor(GeventActor):
         tell_quietly(topic, BacklogQuotaReport(state, evict_to))
 
     def _expiry_targets(self) -> Iterator[tuple[str, Ledger, Callable[[int], None]]]:
-        for name, ref in list(self.topics.items()):
-            ledger = self._ledgers.get(name)
-            if ledger is not None:
-                yield name, ledger, _expirer(ref)
+        for name, ref, ledger in self._open_ledgers():
+            yield name, ledger, _expirer(ref)
 
     def namespace_policies(self, topic: str) -> Mapping[str, Any] | None:
         """The stored policies of ``topic``'s namespace (None when unknown)."""
