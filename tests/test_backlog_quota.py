@@ -186,13 +186,13 @@ def test_an_unchanged_state_is_told_once_and_an_exceeded_one_at_every_check(
     # woke each topic's actor (8,000 runs a minute with 8,000 open topics). An exceeded state
     # is told at every check: the topic acts on it (and may reset its own copy).
     told: list[str | None] = []
-    handle = TopicActor._backlog_quota
+    handle = TopicActor.HANDLERS[BacklogQuotaReport]
 
     def counted(actor: TopicActor, message: BacklogQuotaReport) -> None:
         told.append(message.state.exceeded)
         handle(actor, message)
 
-    monkeypatch.setattr(TopicActor, "_backlog_quota", counted)
+    monkeypatch.setitem(TopicActor.HANDLERS, BacklogQuotaReport, counted)
     topic = "persistent://public/default/quota-told"
     broker = make_broker(backlog_quota_check_interval_in_seconds=0.05)
     client = client_for(broker)

@@ -45,15 +45,27 @@ class Fault:
     def inject(
         self, monkeypatch: pytest.MonkeyPatch, cls: type, name: str, when: Callable[[Any], bool]
     ) -> None:
-        original = getattr(cls, name)
+        """Into a handler the actor looks up by name per message (the connection's)."""
+        wrapped = self._wrap(getattr(cls, name), f"{cls.__name__}.{name}", when)
+        monkeypatch.setattr(cls, name, wrapped)
 
+    def inject_handler(
+        self, monkeypatch: pytest.MonkeyPatch, cls: Any, kind: type, when: Callable[[Any], bool]
+    ) -> None:
+        """Into an entry of a class's handler table (the topic's and the dispatcher's)."""
+        wrapped = self._wrap(cls.HANDLERS[kind], f"{cls.__name__}'s {kind.__name__}", when)
+        monkeypatch.setitem(cls.HANDLERS, kind, wrapped)
+
+    def _wrap(
+        self, original: Callable[[Any, Any], Any], where: str, when: Callable[[Any], bool]
+    ) -> Callable[[Any, Any], Any]:
         def handler(actor: Any, message: Any) -> Any:
             if not self.fired and when(message):
                 self.fired = True
-                raise RuntimeError(f"injected fault in {cls.__name__}.{name}")
+                raise RuntimeError(f"injected fault in {where}")
             return original(actor, message)
 
-        monkeypatch.setattr(cls, name, handler)
+        return handler
 
 
 @pytest.fixture
@@ -125,7 +137,7 @@ def test_a_failed_topic_is_reopened_with_its_data_and_cursors(
 ) -> None:
     caplog.set_level(logging.ERROR, logger="brokerlet")
     fault = Fault()
-    fault.inject(monkeypatch, TopicActor, "_append", lambda m: isinstance(m, Append))
+    fault.inject_handler(monkeypatch, TopicActor, Append, lambda _m: True)
     fault.fired = True  # armed below, once the topic holds data
     before = restarts()
     with (
@@ -169,11 +181,8 @@ def test_a_failed_dispatcher_restarts_from_its_cursor(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fault = Fault()
-    fault.inject(
-        monkeypatch,
-        Dispatcher,
-        "_ack",
-        lambda m: isinstance(m, Ack) and any(e == 1 for _, e in m.positions),
+    fault.inject_handler(
+        monkeypatch, Dispatcher, Ack, lambda m: any(e == 1 for _, e in m.positions)
     )
     before = restarts()
     with RawClient(broker.address) as client, RawClient(broker.address) as other:
@@ -240,7 +249,7 @@ def test_the_official_client_rides_over_a_topic_failure(monkeypatch: pytest.Monk
     # CLOSE_PRODUCER / CLOSE_CONSUMER from the broker make the C++ client reconnect and resend
     # what was not receipted (ProducerImpl resends its pending queue), so nothing is lost.
     fault = Fault()
-    fault.inject(monkeypatch, TopicActor, "_append", lambda m: isinstance(m, Append))
+    fault.inject_handler(monkeypatch, TopicActor, Append, lambda _m: True)
     fault.fired = True
     with Broker(port=0) as broker:
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)

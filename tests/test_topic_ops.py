@@ -117,6 +117,33 @@ def test_terminated_topic_still_delivers_what_it_has(
     assert got == [b"m0", b"m1"]
 
 
+def test_terminating_a_topic_leaves_its_neighbours_as_they_were(
+    broker: Broker, client: pulsar.Client, topic: str
+) -> None:
+    # Topics and dispatchers share one handler table per class (actors.messages.Handlers);
+    # a terminated topic, its subscriptions and a non-persistent topic each run their own
+    # copy of it. Were the class's changed, every other topic would refuse SENDs.
+    fleeting = client.create_producer(topic.replace("persistent:", "non-persistent:"))
+    fleeting.send(b"dropped")  # no subscription: the non-persistent rule drops it
+    neighbour = f"{topic}-neighbour"
+    consumer = subscription_at_earliest(client, neighbour, "sub")
+    producer = client.create_producer(neighbour, batching_enabled=False)
+    producer.send(b"before")
+    ended = subscription_at_earliest(client, topic, "sub")
+    produce(client, topic, 1)
+    broker.terminate_topic(topic)
+    ended.acknowledge(ended.receive(5000))  # its dispatcher checks the end at each ACK now
+    producer.send(b"after")
+    client.create_producer(neighbour).close()
+    got = [consumer.receive(5000) for _ in range(2)]
+    assert [message.data() for message in got] == [b"before", b"after"]
+    for message in got:
+        consumer.acknowledge(message)
+    wait_until(lambda: backlog(broker, neighbour, "sub") == 0, message="the ACKs settled")
+    with pytest.raises(pulsar.TopicTerminated):
+        client.create_producer(topic)
+
+
 def _connect(client: RawClient, protocol_version: int) -> None:
     client.send_command(
         T(

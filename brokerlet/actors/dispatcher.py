@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gevent
 import pykka
@@ -42,6 +42,7 @@ from brokerlet.actors.messages import (
     GetCursorState,
     GetMarkDelete,
     GetStats,
+    Handlers,
     MarkDeleteMoved,
     PersistCursor,
     ReadEntries,
@@ -78,7 +79,7 @@ from brokerlet.storage.cursor import Cursor
 from brokerlet.storage.disk import CursorStore
 from brokerlet.storage.expiry import ExpiryCounter
 from brokerlet.storage.ledger import Entry
-from brokerlet.topicops.subscription_side import SubscriptionOps
+from brokerlet.topicops.subscription_side import SubscriptionOps, subscription_handlers
 from brokerlet.transport.protocol import encode_command, pb
 
 if TYPE_CHECKING:
@@ -182,25 +183,9 @@ class Dispatcher:
         self._batches: list[SendMessages] = []  # this pass's, handed over once it ends
         self._gate: ConflatedTell[DispatcherActor] | None = None
         self.expiry = ExpiryCounter()
-        self._handlers: dict[type, Callable[[Any], Any]] = {
-            ExpireUpTo: self._expire_up_to,
-            ReadMore: self._read_more,
-            EntriesRead: self._entries_read,
-            Ack: self._ack,
-            Redeliver: self._redeliver,
-            AddConsumer: self._add_consumer,
-            RemoveConsumer: self._remove_consumer,
-            Seek: self._seek,
-            ReplayReady: self._replay_ready,
-            BatchWritten: self._batch_written,
-            PersistCursor: lambda _: self.cursor_saver.save(),
-            GetStats: lambda _: self.stats(),
-            GetMarkDelete: lambda _: self.cursor.mark_delete,
-            GetCursorState: lambda _: (self.cursor.mark_delete, self.cursor.acked_ranges()),
-            CloseConsumers: self._close_consumers,
-        }
         # Admin operations: skips, expiry, non-persistent drops, end of topic.
-        self._handlers.update(SubscriptionOps(self).handlers(self._handlers))
+        self.ops = SubscriptionOps(self)
+        self._handlers: Handlers = Dispatcher.HANDLERS
 
     # Actor plumbing.
 
@@ -227,7 +212,7 @@ class Dispatcher:
         handler = self._handlers.get(type(message))
         if handler is None:
             raise UnexpectedMessage(self, message)
-        return handler(message)
+        return handler(self, message)
 
     @property
     def gate(self) -> ConflatedTell[DispatcherActor]:
@@ -672,6 +657,27 @@ class Dispatcher:
 
     def __str__(self) -> str:
         return f"{self.topic_name} / {self.name}"
+
+    # With the admin operations' handlers and checks (brokerlet.topicops.subscription_side).
+    HANDLERS: ClassVar[Handlers] = subscription_handlers(
+        {
+            ExpireUpTo: _expire_up_to,
+            ReadMore: _read_more,
+            EntriesRead: _entries_read,
+            Ack: _ack,
+            Redeliver: _redeliver,
+            AddConsumer: _add_consumer,
+            RemoveConsumer: _remove_consumer,
+            Seek: _seek,
+            ReplayReady: _replay_ready,
+            BatchWritten: _batch_written,
+            PersistCursor: lambda d, _m: d.cursor_saver.save(),
+            GetStats: lambda d, _m: d.stats(),
+            GetMarkDelete: lambda d, _m: d.cursor.mark_delete,
+            GetCursorState: lambda d, _m: (d.cursor.mark_delete, d.cursor.acked_ranges()),
+            CloseConsumers: _close_consumers,
+        }
+    )
 
 
 class DispatcherActor(Dispatcher, GeventActor):

@@ -69,6 +69,7 @@ __all__ = [
     "GetPermitTotal",
     "GetStats",
     "GetTopic",
+    "Handlers",
     "InternalStats",
     "IsIdle",
     "LastMessageId",
@@ -112,6 +113,16 @@ __all__ = [
     "WriteAfterMessages",
     "WriteCompletion",
 ]
+
+
+Handlers: TypeAlias = dict[type, Callable[[Any, Any], Any]]
+"""An actor class's handlers: message type -> ``handler(actor, message)``.
+
+One table per class rather than bound methods per actor: a topic and its subscription built
+about 85 objects for their tables (bound methods, closures, their cells), 44% of what an open
+topic keeps for the garbage collector to walk, and the work showed in every topic creation.
+An actor whose handlers vary (a terminated topic, a non-persistent one) runs a copy.
+"""
 
 
 class UnexpectedMessage(Exception):  # noqa: N818 - named for what the receiver got

@@ -11,7 +11,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gevent
 import pykka
@@ -40,6 +40,7 @@ from brokerlet.actors.messages import (
     FindByPublishTime,
     GetCursorState,
     GetLastEntry,
+    Handlers,
     IsIdle,
     MarkDeleteMoved,
     MaybeCompact,
@@ -81,7 +82,7 @@ from brokerlet.storage.ledger import Entry, Ledger, new_entry_data, new_entry_me
 from brokerlet.storage.marks import MarkDeletes
 from brokerlet.storage.retention import RetentionService
 from brokerlet.storage.time_search import PublishTimeSearch
-from brokerlet.topicops.topic_side import TopicOps
+from brokerlet.topicops.topic_side import TopicOps, topic_handlers
 from brokerlet.transport.protocol import pb, publish_time
 
 if TYPE_CHECKING:
@@ -160,42 +161,9 @@ class TopicActor(GeventActor):
         self.rate_limiters = [
             lim for lim in (broker_limiter, topic_limiter) if lim is not None and lim.enabled
         ]
-        self._handlers: dict[type, Callable[[Any], Any]] = {
-            Append: self._append,
-            ReadEntries: self._read_entries,
-            ReadIds: self._read_ids,
-            CancelRead: self._cancel_read,
-            MarkDeleteMoved: self._mark_delete_moved,
-            SubscriptionClosed: self._subscription_closed,
-            AddProducer: self._add_producer,
-            RemoveProducer: self._remove_producer,
-            Subscribe: self._subscribe,
-            AppendDone: lambda m: m.handle(m.result),
-            GetLastEntry: self._last_entry,
-            ResolvePosition: lambda m: self._start_of(m.message_id),
-            FindByPublishTime: self._find_by_publish_time,
-            TopicStats: lambda _: self.stats(),
-            DispatcherFailed: self._dispatcher_failed,
-            # A running compaction keeps the topic open: its outcome comes back here.
-            IsIdle: lambda _: (
-                not (
-                    len(self.producer_state.access)
-                    or self.subscriptions
-                    or self.waiting
-                    or self.compaction.running
-                )
-            ),
-            CloseClients: self._close_clients,
-            ExpireEntries: self._expire_messages,
-            BacklogQuotaReport: self._backlog_quota,
-            Compact: lambda _: self._compact(),
-            CompactionStatus: lambda _: self.compaction.status_document(),
-            CompactionDone: self._compaction_done,
-            MaybeCompact: self._maybe_compact,
-        }
         # Admin operations (terminate, unload, skip, peek, ...) and the non-persistent rule.
         self.ops = TopicOps(self)
-        self._handlers.update(self.ops.handlers(self._handlers))
+        self._handlers = self.ops.handlers(TopicActor.HANDLERS)
 
     def on_start(self) -> None:
         self.compaction.load()
@@ -224,7 +192,7 @@ class TopicActor(GeventActor):
         handler = self._handlers.get(type(message))
         if handler is None:
             raise UnexpectedMessage(self, message)
-        return handler(message)
+        return handler(self, message)
 
     def _on_actor(self, handle: Callable[[Any], None]) -> Callable[[Any], None]:
         """A storage callback that runs ``handle`` on this actor.
@@ -713,3 +681,41 @@ class TopicActor(GeventActor):
             for name, ref in self.subscriptions.items()
         }
         return TopicStatsPart(own, last, subscriptions)
+
+    def _is_idle(self, _message: IsIdle) -> bool:
+        # A running compaction keeps the topic open: its outcome comes back here.
+        return not (
+            len(self.producer_state.access)
+            or self.subscriptions
+            or self.waiting
+            or self.compaction.running
+        )
+
+    # With the admin operations' handlers and checks (brokerlet.topicops.topic_side).
+    HANDLERS: ClassVar[Handlers] = topic_handlers(
+        {
+            Append: _append,
+            ReadEntries: _read_entries,
+            ReadIds: _read_ids,
+            CancelRead: _cancel_read,
+            MarkDeleteMoved: _mark_delete_moved,
+            SubscriptionClosed: _subscription_closed,
+            AddProducer: _add_producer,
+            RemoveProducer: _remove_producer,
+            Subscribe: _subscribe,
+            AppendDone: lambda _topic, m: m.handle(m.result),
+            GetLastEntry: _last_entry,
+            ResolvePosition: lambda topic, m: topic._start_of(m.message_id),
+            FindByPublishTime: _find_by_publish_time,
+            TopicStats: lambda topic, _m: topic.stats(),
+            DispatcherFailed: _dispatcher_failed,
+            IsIdle: _is_idle,
+            CloseClients: _close_clients,
+            ExpireEntries: _expire_messages,
+            BacklogQuotaReport: _backlog_quota,
+            Compact: lambda topic, _m: topic._compact(),
+            CompactionStatus: lambda topic, _m: topic.compaction.status_document(),
+            CompactionDone: _compaction_done,
+            MaybeCompact: _maybe_compact,
+        }
+    )

@@ -1,7 +1,8 @@
 """The dispatcher's part of the topic operations: cursor moves and end of topic.
 
-:class:`SubscriptionOps` adds handlers to one dispatcher (its actor runs them, so they touch
-the subscription's state like the dispatcher's own handlers do). Skips and expiry acknowledge
+:func:`subscription_handlers` adds handlers to the dispatcher's table and :class:`SubscriptionOps`
+keeps one subscription's part of their state (its actor runs them, so they touch the
+subscription's state like the dispatcher's own handlers do). Skips and expiry acknowledge
 entries through the delivery book, as a consumer's acks would. Broker-initiated closes are the
 dispatcher's own ``CloseConsumers``.
 """
@@ -9,7 +10,6 @@ dispatcher's own ``CloseConsumers``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from brokerlet.actors.messages import (
@@ -20,6 +20,7 @@ from brokerlet.actors.messages import (
     EndOfTopicReached,
     ExpireUpTo,
     GetPermitTotal,
+    Handlers,
     MarkDeleteMoved,
     SkipEntriesOf,
     TopicTerminated,
@@ -30,9 +31,31 @@ if TYPE_CHECKING:
     from brokerlet.actors.dispatcher import Dispatcher
     from brokerlet.dispatch.consumer import Consumer
 
-__all__ = ["SubscriptionOps"]
+__all__ = ["SubscriptionOps", "subscription_handlers"]
 
 log = logging.getLogger(__name__)
+
+
+def subscription_handlers(existing: Handlers) -> Handlers:
+    """The dispatcher's table (``existing``) with the operations' handlers added; built once
+    for the class. Expiry is counted in one place, the dispatcher's ExpiryCounter (issue 14's
+    ExpireUpTo): message TTL, backlog eviction and the admin operation share it."""
+    add_consumer = existing[AddConsumer]
+
+    def add_then_check(dispatcher: Dispatcher, message: Any) -> Any:
+        result = add_consumer(dispatcher, message)
+        dispatcher.ops._check_end()
+        return result
+
+    return {
+        **existing,
+        AddConsumer: add_then_check,
+        AckUpTo: lambda d, message: d.ops._ack_up_to(message),
+        AckDropped: lambda d, message: d.ops._ack_dropped(message),
+        SkipEntriesOf: lambda d, message: d.ops._skip(message),
+        TopicTerminated: lambda d, message: d.ops._terminated(message),
+        GetPermitTotal: lambda d, _message: d.total_permits,
+    }
 
 
 class SubscriptionOps:
@@ -42,29 +65,6 @@ class SubscriptionOps:
         self.d = dispatcher
         self.terminated_at: int | None = None  # the topic's last entry once terminated
         self._told_end: set[Consumer] = set()  # consumers sent REACHED_END_OF_TOPIC
-        self._existing: dict[type, Callable[[Any], Any]] = {}  # the dispatcher's handlers
-
-    def handlers(
-        self, existing: dict[type, Callable[[Any], Any]]
-    ) -> dict[type, Callable[..., Any]]:
-        add_consumer = existing[AddConsumer]
-        self._existing = existing
-        # Expiry is counted in one place, the dispatcher's ExpiryCounter (issue 14's
-        # ExpireUpTo): message TTL, backlog eviction and this admin operation share it.
-
-        def add_then_check(message: Any) -> Any:
-            result = add_consumer(message)
-            self._check_end()
-            return result
-
-        return {
-            AddConsumer: add_then_check,
-            AckUpTo: self._ack_up_to,
-            AckDropped: self._ack_dropped,
-            SkipEntriesOf: self._skip,
-            TopicTerminated: self._terminated,
-            GetPermitTotal: lambda _: self.d.total_permits,
-        }
 
     # Cursor moves.
 
@@ -112,14 +112,15 @@ class SubscriptionOps:
     def _terminated(self, message: TopicTerminated) -> None:
         if self.terminated_at is None:
             # From now on every ACK may reach the end; until then ACKs pay nothing for it.
-            ack = self._existing[Ack]
+            d = self.d
+            ack = d._handlers[Ack]
 
-            def ack_then_check(ack_message: Any) -> Any:
-                result = ack(ack_message)
-                self._check_end()
+            def ack_then_check(dispatcher: Dispatcher, ack_message: Any) -> Any:
+                result = ack(dispatcher, ack_message)
+                dispatcher.ops._check_end()
                 return result
 
-            self._existing[Ack] = ack_then_check
+            d._handlers = {**d._handlers, Ack: ack_then_check}
         self.terminated_at = message.last_entry_id
         self._check_end()
 

@@ -1,9 +1,10 @@
 """The topic actor's part of the topic operations.
 
-:class:`TopicOps` adds handlers to one :class:`~brokerlet.actors.topic.TopicActor` (and wraps
-a few of its own): terminate, unload, delete, subscription management, cursor moves, peeks
-and stats. Handlers run on the topic's actor; they ask the topic's dispatchers (which never
-ask the topic back) and may wait for a disk read of a single entry.
+:func:`topic_handlers` adds handlers to :class:`~brokerlet.actors.topic.TopicActor`'s table
+(and wraps a few of its own); :class:`TopicOps` keeps one topic's part of their state:
+terminate, unload, delete, subscription management, cursor moves, peeks and stats. Handlers
+run on the topic's actor; they ask the topic's dispatchers (which never ask the topic back)
+and may wait for a disk read of a single entry.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from brokerlet.actors.messages import (
     GetMessage,
     GetPermitTotal,
     GetStats,
+    Handlers,
     InternalStats,
     LastMessageId,
     ListSubscriptions,
@@ -70,11 +72,89 @@ if TYPE_CHECKING:
     from brokerlet.actors.dispatcher import DispatcherActor
     from brokerlet.actors.topic import TopicActor
 
-__all__ = ["TopicOps"]
+__all__ = ["TopicOps", "topic_handlers"]
 
 log = logging.getLogger(__name__)
 
 TERMINATED_FILE = "terminated"
+
+
+def topic_handlers(existing: Handlers) -> Handlers:
+    """The topic actor's table (``existing``) with the operations' handlers and checks added.
+
+    Built once for the class; what varies per topic (termination, the non-persistent rule)
+    is :meth:`TopicOps.handlers`.
+    """
+    add_producer = existing[AddProducer]
+    subscribe = existing[Subscribe]
+    closed = existing[SubscriptionClosed]
+    raw_stats = existing[TopicStats]
+
+    def on_add_producer(topic: TopicActor, message: Any) -> Any:
+        if topic.ops.terminated_at is not None:
+            raise BrokerError(pb.TopicTerminatedError, "Topic was already terminated")
+        return add_producer(topic, message)
+
+    def on_subscribe(topic: TopicActor, message: Any) -> Any:
+        ops = topic.ops
+        if ops.non_persistent:
+            # No cursor to keep: a non-persistent subscription goes with its last consumer.
+            message = dataclasses.replace(message, durable=False)
+        dispatcher = subscribe(topic, message)
+        if ops.rule is not None:
+            permits = dispatcher.ask(GetPermitTotal())
+            ops.rule.subscribed(message.subscription, dispatcher, permits)
+        if ops.terminated_at is not None:
+            dispatcher.tell(TopicTerminated(ops.terminated_at))
+        return dispatcher
+
+    def on_closed(topic: TopicActor, message: Any) -> Any:
+        result = closed(topic, message)
+        rule = topic.ops.rule
+        if rule is not None and message.subscription not in topic.subscriptions:
+            rule.unsubscribed(message.subscription)
+        return result
+
+    def stats_part(topic: TopicActor, message: Any) -> TopicStatsPart:
+        part: TopicStatsPart = raw_stats(topic, message)
+        ops = topic.ops
+        drops: dict[str, tuple[int, float]] = {}
+        if ops.rule is not None:
+            drops = {name: ops.rule.dropped(name) for name in part.subscriptions}
+        extra = {"terminated": ops.terminated_at is not None, "drops": drops}
+        return dataclasses.replace(part, extra=extra)
+
+    return {
+        **existing,
+        AddProducer: on_add_producer,
+        Subscribe: on_subscribe,
+        SubscriptionClosed: on_closed,
+        TopicStats: stats_part,
+        TerminateTopic: _on_ops(TopicOps._terminate),
+        UnloadTopic: _on_ops(TopicOps._unload),
+        CreateSubscription: _on_ops(TopicOps._create_subscription),
+        DeleteSubscription: _on_ops(TopicOps._delete_subscription),
+        ListSubscriptions: lambda topic, _m: sorted({*topic.subscriptions, *topic.saved}),
+        SkipEntries: _on_ops(TopicOps._skip),
+        ResetCursor: _on_ops(TopicOps._reset_cursor),
+        ExpireMessages: _on_ops(TopicOps._expire),
+        PeekMessage: _on_ops(TopicOps._peek),
+        ExamineMessage: _on_ops(TopicOps._examine),
+        GetMessage: _on_ops(TopicOps._get_message),
+        InternalStats: _on_ops(TopicOps._internal_stats),
+        LastMessageId: _on_ops(TopicOps._last_message_id),
+    }
+
+
+def _on_ops(operation: Callable[[TopicOps, Any], Any]) -> Callable[[TopicActor, Any], Any]:
+    def handle(topic: TopicActor, message: Any) -> Any:
+        return operation(topic.ops, message)
+
+    return handle
+
+
+def _refuse_append(topic: TopicActor, message: Any) -> None:
+    topic.ops._refuse_append(message)
 
 
 class TopicOps:
@@ -88,97 +168,37 @@ class TopicOps:
             self.rule = NonPersistentRule(topic.ledger, self._reply_read)
         self.terminated_at: int | None = self._load_terminated()
         self.created_at = time.time()
-        self._existing: dict[type, Callable[[Any], Any]] = {}  # the topic's handlers
 
-    # Wiring.
-
-    def handlers(
-        self, existing: dict[type, Callable[[Any], Any]]
-    ) -> dict[type, Callable[..., Any]]:
-        add_producer = existing[AddProducer]
-        append = existing[Append]
-        subscribe = existing[Subscribe]
-        closed = existing[SubscriptionClosed]
-        cancel = existing[CancelRead]
-        raw_stats = existing[TopicStats]
-
-        def on_add_producer(message: Any) -> Any:
-            if self.terminated_at is not None:
-                raise BrokerError(pb.TopicTerminatedError, "Topic was already terminated")
-            return add_producer(message)
-
-        def on_append(message: Any) -> Any:
-            assert self.rule is not None
-            before = self.t.ledger.last_entry_id
-            result = append(message)  # the in-memory ledger completes at once
-            after = self.t.ledger.last_entry_id
-            if after > before:
-                got: list[Entry] = []
-                self.t.ledger.read(before + 1, after - before, 0, _collect(got))
-                self.rule.appended(got)
-            return result
-
-        def on_subscribe(message: Any) -> Any:
-            if self.non_persistent:
-                # No cursor to keep: a non-persistent subscription goes with its last consumer.
-                message = dataclasses.replace(message, durable=False)
-            dispatcher = subscribe(message)
-            if self.rule is not None:
-                permits = dispatcher.ask(GetPermitTotal())
-                self.rule.subscribed(message.subscription, dispatcher, permits)
-            if self.terminated_at is not None:
-                dispatcher.tell(TopicTerminated(self.terminated_at))
-            return dispatcher
-
-        def on_closed(message: Any) -> Any:
-            result = closed(message)
-            if self.rule is not None and message.subscription not in self.t.subscriptions:
-                self.rule.unsubscribed(message.subscription)
-            return result
-
-        table: dict[type, Callable[..., Any]] = {
-            AddProducer: on_add_producer,
-            Subscribe: on_subscribe,
-            SubscriptionClosed: on_closed,
-            TerminateTopic: self._terminate,
-            UnloadTopic: self._unload,
-            CreateSubscription: self._create_subscription,
-            DeleteSubscription: self._delete_subscription,
-            ListSubscriptions: lambda _: sorted({*self.t.subscriptions, *self.t.saved}),
-            SkipEntries: self._skip,
-            ResetCursor: self._reset_cursor,
-            ExpireMessages: self._expire,
-            PeekMessage: self._peek,
-            ExamineMessage: self._examine,
-            GetMessage: self._get_message,
-            InternalStats: self._internal_stats,
-            LastMessageId: self._last_message_id,
-        }
-        self._existing = existing
-
-        def stats_part(message: Any) -> TopicStatsPart:
-            part: TopicStatsPart = raw_stats(message)
-            drops: dict[str, tuple[int, float]] = {}
-            if self.rule is not None:
-                drops = {name: self.rule.dropped(name) for name in part.subscriptions}
-            extra = {"terminated": self.terminated_at is not None, "drops": drops}
-            return dataclasses.replace(part, extra=extra)
-
-        table[TopicStats] = stats_part
+    def handlers(self, table: Handlers) -> Handlers:
+        """The class's ``table`` as this topic runs it: a copy where the topic differs."""
+        if self.terminated_at is None and self.rule is None:
+            return table
+        own = dict(table)
         if self.terminated_at is not None:
-            table[Append] = self._refuse_append
+            own[Append] = _refuse_append
         if self.rule is not None:
             rule = self.rule
-            table[Append] = on_append
+            append, cancel = table[Append], table[CancelRead]
 
-            def on_cancel(message: Any) -> Any:
+            def on_append(topic: TopicActor, message: Any) -> Any:
+                before = topic.ledger.last_entry_id
+                result = append(topic, message)  # the in-memory ledger completes at once
+                after = topic.ledger.last_entry_id
+                if after > before:
+                    got: list[Entry] = []
+                    topic.ledger.read(before + 1, after - before, 0, _collect(got))
+                    rule.appended(got)
+                return result
+
+            def on_cancel(topic: TopicActor, message: Any) -> Any:
                 rule.cancel(message.subscription, message.read_id)
-                return cancel(message)
+                return cancel(topic, message)
 
-            table[ReadEntries] = rule.read_entries
-            table[ReadIds] = rule.read_ids
-            table[CancelRead] = on_cancel
-        return table
+            own[Append] = on_append
+            own[ReadEntries] = lambda _topic, message: rule.read_entries(message)
+            own[ReadIds] = lambda _topic, message: rule.read_ids(message)
+            own[CancelRead] = on_cancel
+        return own
 
     def _reply_read(self, reply_to: Any, read_id: int, entries: list[Entry], replay: bool) -> None:
         reply_to.tell(EntriesRead(read_id, entries, replay=replay))
@@ -210,7 +230,7 @@ class TopicOps:
                 )
             log.info("%s: terminated at entry %d", self.t.name, self.terminated_at)
             # SENDs are refused from now on; until now appends paid nothing for the check.
-            self._existing[Append] = self._refuse_append
+            self.t._handlers = self.handlers(self.t._handlers)
             # PersistentTopic#terminate: producers are disconnected (they reconnect and are
             # refused with TopicTerminatedError); subscriptions learn the end.
             self._close_producers()
