@@ -15,6 +15,9 @@ Then a second broker per count answers PINGs 1 ms apart for a few seconds while 
 checks (backlog quotas, compaction thresholds, retention, expiry; every second here instead of
 every minute or more) walk its open topics: the slowest PING says how long a pass held the hub. The
 client's own garbage collector is off meanwhile (its pauses would be read as the broker's).
+Last, :func:`heap` opens the largest count in an embedded broker in a process of its own and
+counts the garbage collector's share: tracked objects per open topic and the time of a full
+collection with none and with all of them open (every full collection walks them all).
 Prints figures, never asserts them.
 """
 
@@ -22,8 +25,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -36,7 +42,7 @@ from bench.rawsocket import RawConnection
 from brokerlet.testing.process import BrokerletProcess
 from brokerlet.transport.protocol import pb
 
-__all__ = ["main", "measure", "open_topics"]
+__all__ = ["heap", "main", "measure", "open_topics"]
 
 T = pb.BaseCommand
 
@@ -171,6 +177,28 @@ def measure(
     ]
 
 
+def heap(count: int, source: Path | None = None) -> dict[str, float]:
+    """GC-tracked objects per open topic (``tracked_per_topic``) and the median full
+    collection, ms, with none (``full_collection_ms_none``) and ``count`` open
+    (``full_collection_ms``): an embedded in-memory broker in a fresh interpreter, brokerlet
+    from ``source`` if given."""
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(source.resolve()), env.get("PYTHONPATH", "")]
+        ).rstrip(os.pathsep)
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("_topic_heap.py")), str(count)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+    )
+    result: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.micro.open_topics")
     parser.add_argument("--counts", default="0,2000,8000", help="open topics per broker")
@@ -199,6 +227,14 @@ def main() -> None:
             f"({cycle / first['cycle_us']:.2f}x)"
             f"{row['slowest_ping_ms']:>24.1f} / {row['ping_p999_ms']:.1f} ms"
         )
+    most = max(counts)
+    found = heap(most, args.source)
+    print(
+        f"  garbage collector, embedded broker in memory: {found['tracked_per_topic']:.0f} "
+        f"tracked objects per open topic; a full collection "
+        f"{found['full_collection_ms_none']:.1f} ms with none open, "
+        f"{found['full_collection_ms']:.1f} ms with {most:,}"
+    )
 
 
 if __name__ == "__main__":
