@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, KeysView
 
-from sortedcontainers import SortedSet
+from sortedcontainers import SortedList
 
 __all__ = ["ReplaySet"]
 
@@ -21,7 +21,9 @@ class ReplaySet:
     __slots__ = ("_counts", "_hashes", "_ids")
 
     def __init__(self) -> None:
-        self._ids: SortedSet = SortedSet()
+        # Membership is the hashes' dict; a SortedList, not a SortedSet, keeps the order (a
+        # SortedSet adds a set and binds eight methods per instance: one per subscription).
+        self._ids: SortedList = SortedList()
         self._hashes: dict[int, int] = {}
         self._counts: Counter[int] = Counter()
 
@@ -46,7 +48,7 @@ class ReplaySet:
         key_hash = self._hashes.pop(entry_id, None)
         if key_hash is None:
             return
-        self._ids.discard(entry_id)
+        self._ids.remove(entry_id)
         if key_hash:
             left = self._counts[key_hash] - 1
             if left:
