@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -24,10 +24,9 @@ import gevent.lock
 import pykka
 
 from brokerlet.actors import stats_reader
-from brokerlet.actors.broker import BrokerActor
+from brokerlet.actors.broker import BrokerActor, close_idle_topics
 from brokerlet.actors.eventloop import EventLoopActor
-from brokerlet.actors.messages import CloseIdleTopics, GetTopic
-from brokerlet.actors.supervision import tell_quietly
+from brokerlet.actors.messages import GetTopic
 from brokerlet.actors.topic import TopicActor
 from brokerlet.config import Settings, SettingsError, load_settings
 from brokerlet.dispatch.options import DEFAULT_OPTIONS, DispatchOptions
@@ -137,6 +136,7 @@ class Broker:
         self._broker_actor: pykka.ActorRef[BrokerActor] | None = None
         self._event_loops: list[pykka.ActorRef[EventLoopActor]] = []
         self._idle_check: gevent.Greenlet | None = None
+        self._open_topics: Mapping[str, pykka.ActorRef[TopicActor]] = {}
         self.schemas: SchemaRegistry | None = None
         self.started_at: float | None = None
         self.startup_seconds: float | None = None
@@ -262,6 +262,15 @@ class Broker:
 
     # Topic operations (as Pulsar's admin API does them; the REST routes call the same code).
     # Each raises brokerlet.topicops.TopicOpError with Pulsar's HTTP status and reason.
+
+    def close_idle_topics(self) -> list[str]:
+        """Run the inactive-topic check now (it runs every
+        ``inactive_topic_close_interval_seconds`` on disk): close the topics with no
+        producer, subscription or waiting read, keeping their data; returns their names.
+        In memory nothing closes: a memory topic's data would go with it."""
+        if self._storage is None:
+            return []
+        return self._call(lambda ref: close_idle_topics(ref, self._open_topics), 60)
 
     def terminate_topic(self, topic: str) -> tuple[int, int]:
         """Refuse later producers and messages; returns the last message id (ledger, entry)."""
@@ -421,6 +430,7 @@ class Broker:
         self.schemas = self._schema_registry(self.metadata)
         open_topics: dict[str, pykka.ActorRef[TopicActor]] = {}
         open_topics_view = MappingProxyType(open_topics)  # the connections only read it
+        self._open_topics = open_topics_view
         self._broker_actor = BrokerActor.start(
             self.settings,
             self._storage,
@@ -435,7 +445,7 @@ class Broker:
             for name in self._storage.topics():
                 self._broker_actor.ask(GetTopic(name, recovering=True))
         self._event_loops = [EventLoopActor.start(i) for i in range(self.settings.event_loops)]
-        if settings.inactive_topic_close_interval_seconds:
+        if self._storage is not None and settings.inactive_topic_close_interval_seconds:
             self._idle_check = gevent.spawn(
                 self._close_idle_topics, settings.inactive_topic_close_interval_seconds
             )
@@ -503,7 +513,10 @@ class Broker:
         broker = self._broker_actor
         while broker is not None:
             gevent.sleep(interval)
-            tell_quietly(broker, CloseIdleTopics())
+            try:
+                close_idle_topics(broker, self._open_topics)
+            except pykka.ActorDeadError:
+                return  # stopping
 
     def _schema_registry(self, store: MetadataStore) -> SchemaRegistry:
         # Versions live in the metadata store's database (its migration 2), so a disk

@@ -21,7 +21,6 @@ import pytest
 import requests
 
 from brokerlet import Broker
-from brokerlet.actors.broker import CloseIdleTopics
 from brokerlet.admin.rest import AdminApp, AdminContext
 from brokerlet.admin.routes import all_routes
 from brokerlet.testing.rawclient import RawClient
@@ -744,7 +743,7 @@ def test_operations_reopen_a_stored_topic_closed_while_idle(tmp_path: Any) -> No
         client = pulsar.Client(running.service_url)
         produce(client, topic, 2)
         client.close()
-        closed = running._call(lambda ref: ref.ask(CloseIdleTopics()))
+        closed = running.close_idle_topics()
         assert topic in closed
         latest = get(running, topic, "/examinemessage?initialPosition=latest&messagePosition=1")
         assert latest.content == b"m1"

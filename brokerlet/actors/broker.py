@@ -24,7 +24,7 @@ from brokerlet.actors.errors import BrokerError, parsed_topic
 from brokerlet.actors.messages import (
     BacklogQuotaReport,
     CloseClients,
-    CloseIdleTopics,
+    CloseIfIdle,
     CreateTopic,
     DeleteTopic,
     ExpireEntries,
@@ -61,7 +61,7 @@ from brokerlet.transport.protocol import pb
 
 __all__ = [
     "BrokerActor",
-    "CloseIdleTopics",
+    "CloseIfIdle",
     "CreateTopic",
     "DeleteTopic",
     "GetTopic",
@@ -69,6 +69,7 @@ __all__ = [
     "TopicBusy",
     "TopicsOfNamespace",
     "UpdatePartitions",
+    "close_idle_topics",
 ]
 
 log = logging.getLogger(__name__)
@@ -210,8 +211,8 @@ class BrokerActor(GeventActor):
             return dict(self.topics)
         if isinstance(message, TopicFailed):
             return self._topic_failed(message)
-        if isinstance(message, CloseIdleTopics):
-            return self._close_idle_topics()
+        if isinstance(message, CloseIfIdle):
+            return self._close_if_idle(message.name, message.topic)
         if isinstance(message, PartitionedMetadata):
             return self._refusing(rules.partitioned_metadata, parsed_topic(message.name))
         if isinstance(message, TopicsOfNamespace):
@@ -288,27 +289,24 @@ class BrokerActor(GeventActor):
             self._restored[message.name] = message.cursors
             log.info("topic %s is reopened on next use", message.name)
 
-    def _close_idle_topics(self) -> list[str]:
-        """Pulsar's inactive-topic check, closing only: the data and cursors stay stored.
+    def _close_if_idle(self, name: str, topic: pykka.ActorRef[TopicActor]) -> bool:
+        """One topic of the inactive-topic check (`close_idle_topics`), asked again here: no
+        GetTopic hands the topic out between its answer and its close.
 
         Only disk topics close: a memory topic's data lives in its ledger, which holds no
         file, and closing it would drop the data.
         """
-        closed: list[str] = []
-        if self.storage is None:
-            return closed
-        for name, ref in list(self.topics.items()):
-            try:
-                idle = ref.ask(IsIdle(), block=True, timeout=5)
-            except (pykka.ActorDeadError, pykka.Timeout):
-                continue
-            if idle and self.topics.get(name) is ref:
-                del self.topics[name]
-                stop_quietly(ref)
-                closed.append(name)
-        if closed:
-            log.info("closed %d idle topic(s): %s", len(closed), ", ".join(closed[:10]))
-        return closed
+        if self.storage is None or self.topics.get(name) is not topic:
+            return False
+        try:
+            idle = topic.ask(IsIdle(), block=True, timeout=5)
+        except (pykka.ActorDeadError, pykka.Timeout):
+            return False
+        if not idle:
+            return False
+        del self.topics[name]
+        stop_quietly(topic)
+        return True
 
     def _adopt(self, name: TopicName) -> None:
         """A topic found in storage at start-up: make sure the metadata knows it."""
@@ -411,6 +409,30 @@ class BrokerActor(GeventActor):
             except Exception:  # the topic is gone either way; say what was left behind
                 log.exception("topic %s deleted, but the hook for its deletion failed", name)
         log.info("deleted topic %s%s", name, " (forced)" if message.force else "")
+
+
+def close_idle_topics(
+    broker: pykka.ActorRef[BrokerActor], topics: Mapping[str, pykka.ActorRef[TopicActor]]
+) -> list[str]:
+    """Pulsar's inactive-topic check, closing only (the data and cursors stay stored): the
+    names of the open ``topics`` it closed.
+
+    Runs outside the broker actor, which is asked only about the topics that answered idle:
+    a topic with a durable subscription is never idle, and a test suite leaves thousands of
+    them open, each asked every minute (asked from the broker actor, they held topic
+    creation for 100-150 ms a pass with 8,000 open).
+    """
+    closed: list[str] = []
+    for name, topic in list(topics.items()):
+        try:
+            idle = topic.ask(IsIdle(), block=True, timeout=5)  # waiting, the greenlet yields
+        except (pykka.ActorDeadError, pykka.Timeout):
+            continue
+        if idle and broker.ask(CloseIfIdle(name, topic), block=True):
+            closed.append(name)
+    if closed:
+        log.info("closed %d idle topic(s): %s", len(closed), ", ".join(closed[:10]))
+    return closed
 
 
 def _expirer(topic: pykka.ActorRef[TopicActor]) -> Callable[[int], None]:

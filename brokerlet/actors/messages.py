@@ -43,7 +43,7 @@ __all__ = [
     "CancelRead",
     "CloseClients",
     "CloseConsumers",
-    "CloseIdleTopics",
+    "CloseIfIdle",
     "Compact",
     "CompactionDone",
     "CompactionStatus",
@@ -206,8 +206,13 @@ class ListTopics:
     """Asked: every topic's actor, by topic name."""
 
 
-class CloseIdleTopics:
-    """Close (never delete) every topic with no producer and no subscription."""
+@dataclass(frozen=True, slots=True)
+class CloseIfIdle:
+    """Asked: close (never delete) ``topic`` if it is still the open ``name`` and still idle
+    (no producer, subscription or waiting read); answers whether it closed."""
+
+    name: str
+    topic: pykka.ActorRef[TopicActor]
 
 
 @dataclass(frozen=True, slots=True)
