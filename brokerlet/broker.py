@@ -517,6 +517,8 @@ class Broker:
                 close_idle_topics(broker, self._open_topics)
             except pykka.ActorDeadError:
                 return  # stopping
+            except Exception:
+                log.exception("the inactive-topic check failed; it runs again in %s s", interval)
 
     def _schema_registry(self, store: MetadataStore) -> SchemaRegistry:
         # Versions live in the metadata store's database (its migration 2), so a disk
