@@ -112,6 +112,7 @@ __all__ = [
     "WritabilityChanged",
     "WriteAfterMessages",
     "WriteCompletion",
+    "on_ops",
 ]
 
 
@@ -123,6 +124,16 @@ about 85 objects for their tables (bound methods, closures, their cells), 44% of
 topic keeps for the garbage collector to walk, and the work showed in every topic creation.
 An actor whose handlers vary (a terminated topic, a non-persistent one) runs a copy.
 """
+
+
+def on_ops(operation: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """A table entry for an operation of the actor's ``ops`` part (brokerlet.topicops): it
+    runs ``operation(actor.ops, message)``."""
+
+    def handle(actor: Any, message: Any) -> Any:
+        return operation(actor.ops, message)
+
+    return handle
 
 
 class UnexpectedMessage(Exception):  # noqa: N818 - named for what the receiver got

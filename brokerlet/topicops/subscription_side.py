@@ -24,6 +24,7 @@ from brokerlet.actors.messages import (
     MarkDeleteMoved,
     SkipEntriesOf,
     TopicTerminated,
+    on_ops,
 )
 from brokerlet.actors.supervision import tell_quietly
 
@@ -50,10 +51,10 @@ def subscription_handlers(existing: Handlers) -> Handlers:
     return {
         **existing,
         AddConsumer: add_then_check,
-        AckUpTo: lambda d, message: d.ops._ack_up_to(message),
-        AckDropped: lambda d, message: d.ops._ack_dropped(message),
-        SkipEntriesOf: lambda d, message: d.ops._skip(message),
-        TopicTerminated: lambda d, message: d.ops._terminated(message),
+        AckUpTo: on_ops(SubscriptionOps._ack_up_to),
+        AckDropped: on_ops(SubscriptionOps._ack_dropped),
+        SkipEntriesOf: on_ops(SubscriptionOps._skip),
+        TopicTerminated: on_ops(SubscriptionOps._terminated),
         GetPermitTotal: lambda d, _message: d.total_permits,
     }
 

@@ -55,6 +55,7 @@ from brokerlet.actors.messages import (
     TopicStatsPart,
     TopicTerminated,
     UnloadTopic,
+    on_ops,
 )
 from brokerlet.storage._io import FileOps, write_file_atomically
 from brokerlet.storage.ledger import Entry
@@ -130,27 +131,20 @@ def topic_handlers(existing: Handlers) -> Handlers:
         Subscribe: on_subscribe,
         SubscriptionClosed: on_closed,
         TopicStats: stats_part,
-        TerminateTopic: _on_ops(TopicOps._terminate),
-        UnloadTopic: _on_ops(TopicOps._unload),
-        CreateSubscription: _on_ops(TopicOps._create_subscription),
-        DeleteSubscription: _on_ops(TopicOps._delete_subscription),
+        TerminateTopic: on_ops(TopicOps._terminate),
+        UnloadTopic: on_ops(TopicOps._unload),
+        CreateSubscription: on_ops(TopicOps._create_subscription),
+        DeleteSubscription: on_ops(TopicOps._delete_subscription),
         ListSubscriptions: lambda topic, _m: sorted({*topic.subscriptions, *topic.saved}),
-        SkipEntries: _on_ops(TopicOps._skip),
-        ResetCursor: _on_ops(TopicOps._reset_cursor),
-        ExpireMessages: _on_ops(TopicOps._expire),
-        PeekMessage: _on_ops(TopicOps._peek),
-        ExamineMessage: _on_ops(TopicOps._examine),
-        GetMessage: _on_ops(TopicOps._get_message),
-        InternalStats: _on_ops(TopicOps._internal_stats),
-        LastMessageId: _on_ops(TopicOps._last_message_id),
+        SkipEntries: on_ops(TopicOps._skip),
+        ResetCursor: on_ops(TopicOps._reset_cursor),
+        ExpireMessages: on_ops(TopicOps._expire),
+        PeekMessage: on_ops(TopicOps._peek),
+        ExamineMessage: on_ops(TopicOps._examine),
+        GetMessage: on_ops(TopicOps._get_message),
+        InternalStats: on_ops(TopicOps._internal_stats),
+        LastMessageId: on_ops(TopicOps._last_message_id),
     }
-
-
-def _on_ops(operation: Callable[[TopicOps, Any], Any]) -> Callable[[TopicActor, Any], Any]:
-    def handle(topic: TopicActor, message: Any) -> Any:
-        return operation(topic.ops, message)
-
-    return handle
 
 
 def _refuse_append(topic: TopicActor, message: Any) -> None:
