@@ -12,8 +12,10 @@ each round, each broker's CPU (all threads, ``schedstat``) is measured for a bar
 a fresh topic), 2 ms apart; ``--cycles`` rounds, medians. The figures to read are each
 count's against the first: a cost that grows with the open topics is work that scans them.
 Then a second broker per count answers PINGs 1 ms apart for a few seconds while its periodic
-checks (backlog quotas, compaction thresholds, retention, expiry; every second here instead of
-every minute or more) walk its open topics: the slowest PING says how long a pass held the hub. The
+checks (backlog quotas, compaction thresholds, retention, expiry, and on disk the inactive-topic
+check; every second here instead of every minute or more) walk its open topics: the slowest
+PING says how long a pass held the hub; then it makes a new topic (a PRODUCER) every 10 ms for
+a few seconds: the slowest says how long a pass held the broker actor, which makes topics. The
 client's own garbage collector is off meanwhile (its pauses would be read as the broker's).
 Last, :func:`heap` opens the largest count in an embedded broker in a process of its own and
 counts the garbage collector's share: tracked objects per open topic and the time of a full
@@ -53,8 +55,10 @@ _CHECKS_EVERY_SECOND = [
     "--broker-service-compaction-monitor-interval-in-seconds=1",
     "--retention-check-interval-in-seconds=1",
     "--message-expiry-check-interval-in-minutes=0.0167",
+    "--inactive-topic-close-interval-seconds=1",  # disk only: memory topics never close
 ]
 _PING_SECONDS = 5.0
+_CREATION_SECONDS = 5.0
 
 
 def open_topics(url: str, count: int) -> None:
@@ -117,6 +121,31 @@ def _slowest_pings(url: str, seconds: float) -> tuple[float, float]:
     return times[-1] * 1e3, times[int(len(times) * 0.999)] * 1e3
 
 
+def _creations(url: str, seconds: float) -> tuple[float, float]:
+    """The slowest PRODUCER on a new topic and the p99, ms, one every 10 ms for ``seconds``:
+    topic creation is the broker actor's, so a pass that holds that actor shows here."""
+    times: list[float] = []
+    connection = RawConnection(url, "open-topics")
+    gc.disable()
+    try:
+        ends = time.monotonic() + seconds
+        while time.monotonic() < ends:
+            producer_id = len(times) + 1
+            topic = f"persistent://public/default/created-{uuid.uuid4().hex[:12]}"
+            producer = pb.CommandProducer(
+                topic=topic, producer_id=producer_id, request_id=producer_id
+            )
+            sent = time.perf_counter()
+            connection.expect(T(type=T.PRODUCER, producer=producer), T.PRODUCER_SUCCESS)
+            times.append(time.perf_counter() - sent)
+            time.sleep(0.01)
+    finally:
+        gc.enable()
+        connection.close()
+    times.sort()
+    return times[-1] * 1e3, times[int(len(times) * 0.99)] * 1e3
+
+
 def _connect_and_close(url: str) -> None:
     RawConnection(url, "open-topics").close()
 
@@ -149,9 +178,10 @@ def measure(
     """Median broker CPU µs of a bare connection (``connection_us``) and of a raw cycle
     (``cycle_us``) with each count of open topics: a broker per count, each brought to its
     count first, then measured in turns (a connection and a cycle each per round). Then the
-    slowest PING and the p99.9 (``slowest_ping_ms``, ``ping_p999_ms``) on fresh brokers with
-    the same counts whose periodic checks run every second (on the first brokers they would
-    have run into the CPU measured)."""
+    slowest PING and the p99.9 (``slowest_ping_ms``, ``ping_p999_ms``), and the slowest new
+    topic's PRODUCER and the p99 (``slowest_creation_ms``, ``creation_p99_ms``), on fresh
+    brokers with the same counts whose periodic checks run every second (on the first brokers
+    they would have run into the CPU measured)."""
     spent: list[tuple[list[float], list[float]]] = [([], []) for _ in counts]
     with ExitStack() as stack:
         brokers = _loaded_brokers(stack, counts, ["--storage", storage], source)
@@ -163,6 +193,7 @@ def measure(
         flags = ["--storage", storage, *_CHECKS_EVERY_SECOND]
         brokers = _loaded_brokers(stack, counts, flags, source)
         pings = [_slowest_pings(broker.service_url, _PING_SECONDS) for broker in brokers]
+        creations = [_creations(broker.service_url, _CREATION_SECONDS) for broker in brokers]
     return [
         {
             "open_topics": count,
@@ -170,10 +201,13 @@ def measure(
             "cycle_us": statistics.median(cycle_costs),
             "slowest_ping_ms": slowest,
             "ping_p999_ms": p999,
+            "slowest_creation_ms": slowest_creation,
+            "creation_p99_ms": creation_p99,
         }
-        for count, (connections, cycle_costs), (slowest, p999) in zip(
-            counts, spent, pings, strict=True
-        )
+        for count, (connections, cycle_costs), (slowest, p999), (
+            slowest_creation,
+            creation_p99,
+        ) in zip(counts, spent, pings, creations, strict=True)
     ]
 
 
@@ -215,7 +249,7 @@ def main() -> None:
     )
     print(
         f"  {'open topics':>12}{'connect + close':>18}{'raw cycle':>15}"
-        f"{'PING, checks running: slowest / p99.9':>40}"
+        f"{'checks running: PING slowest / p99.9, new topic slowest / p99':>64}"
     )
     results = measure(counts, args.cycles, args.storage, args.source)
     first = results[0]
@@ -225,7 +259,8 @@ def main() -> None:
             f"  {row['open_topics']:>12,.0f}{connection:>10,.0f} "
             f"({connection / first['connection_us']:.2f}x){cycle:>8,.0f} "
             f"({cycle / first['cycle_us']:.2f}x)"
-            f"{row['slowest_ping_ms']:>24.1f} / {row['ping_p999_ms']:.1f} ms"
+            f"{row['slowest_ping_ms']:>24.1f} / {row['ping_p999_ms']:.1f} ms, "
+            f"{row['slowest_creation_ms']:.1f} / {row['creation_p99_ms']:.1f} ms"
         )
     most = max(counts)
     found = heap(most, args.source)
