@@ -101,49 +101,50 @@ def _cpu_us(broker: BrokerletProcess, unit: Callable[[], None]) -> float:
     return (broker_cpu_ns(broker.pid) - before) / 1e3
 
 
-def _slowest_pings(url: str, seconds: float) -> tuple[float, float]:
-    """The slowest PING round trip and the p99.9, ms, of PINGs 1 ms apart for ``seconds``."""
-    ping = T(type=T.PING, ping=pb.CommandPing())
+def _round_trips(
+    url: str,
+    seconds: float,
+    gap: float,
+    command: Callable[[int], pb.BaseCommand],
+    answer: pb.BaseCommand.Type.ValueType,
+) -> list[float]:
+    """Sorted round trips, s, of ``command(n)`` (n = 1, 2, ...; answered with ``answer``),
+    one every ``gap`` s for ``seconds``. The client's collector is off meanwhile."""
     times: list[float] = []
     connection = RawConnection(url, "open-topics")
     gc.disable()
     try:
         ends = time.monotonic() + seconds
         while time.monotonic() < ends:
+            request = command(len(times) + 1)
             sent = time.perf_counter()
-            connection.request(ping)
+            connection.expect(request, answer)
             times.append(time.perf_counter() - sent)
-            time.sleep(0.001)
+            time.sleep(gap)
     finally:
         gc.enable()
         connection.close()
-    times.sort()
+    return sorted(times)
+
+
+def _slowest_pings(url: str, seconds: float) -> tuple[float, float]:
+    """The slowest PING round trip and the p99.9, ms, of PINGs 1 ms apart for ``seconds``."""
+    ping = T(type=T.PING, ping=pb.CommandPing())
+    times = _round_trips(url, seconds, 0.001, lambda _n: ping, T.PONG)
     return times[-1] * 1e3, times[int(len(times) * 0.999)] * 1e3
 
 
 def _creations(url: str, seconds: float) -> tuple[float, float]:
     """The slowest PRODUCER on a new topic and the p99, ms, one every 10 ms for ``seconds``:
     topic creation is the broker actor's, so a pass that holds that actor shows here."""
-    times: list[float] = []
-    connection = RawConnection(url, "open-topics")
-    gc.disable()
-    try:
-        ends = time.monotonic() + seconds
-        while time.monotonic() < ends:
-            producer_id = len(times) + 1
-            topic = f"persistent://public/default/created-{uuid.uuid4().hex[:12]}"
-            producer = pb.CommandProducer(
-                topic=topic, producer_id=producer_id, request_id=producer_id
-            )
-            sent = time.perf_counter()
-            connection.expect(T(type=T.PRODUCER, producer=producer), T.PRODUCER_SUCCESS)
-            times.append(time.perf_counter() - sent)
-            time.sleep(0.01)
-    finally:
-        gc.enable()
-        connection.close()
-    times.sort()
+    times = _round_trips(url, seconds, 0.01, _new_topic_producer, T.PRODUCER_SUCCESS)
     return times[-1] * 1e3, times[int(len(times) * 0.99)] * 1e3
+
+
+def _new_topic_producer(producer_id: int) -> pb.BaseCommand:
+    topic = f"persistent://public/default/created-{uuid.uuid4().hex[:12]}"
+    producer = pb.CommandProducer(topic=topic, producer_id=producer_id, request_id=producer_id)
+    return T(type=T.PRODUCER, producer=producer)
 
 
 def _connect_and_close(url: str) -> None:
