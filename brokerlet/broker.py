@@ -510,11 +510,10 @@ class Broker:
                 )
 
     def _close_idle_topics(self, interval: float) -> None:
-        broker = self._broker_actor
-        while broker is not None:
+        while True:
             gevent.sleep(interval)
             try:
-                close_idle_topics(broker, self._open_topics)
+                self.close_idle_topics()  # on the hub: runs here, not through a callback
             except pykka.ActorDeadError:
                 return  # stopping
             except Exception:

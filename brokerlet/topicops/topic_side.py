@@ -147,10 +147,6 @@ def topic_handlers(existing: Handlers) -> Handlers:
     }
 
 
-def _refuse_append(topic: TopicActor, message: Any) -> None:
-    topic.ops._refuse_append(message)
-
-
 class TopicOps:
     """Topic operations on one topic actor's state."""
 
@@ -169,7 +165,7 @@ class TopicOps:
             return table
         own = dict(table)
         if self.terminated_at is not None:
-            own[Append] = _refuse_append
+            own[Append] = on_ops(TopicOps._refuse_append)
         if self.rule is not None:
             rule = self.rule
             append, cancel = table[Append], table[CancelRead]
