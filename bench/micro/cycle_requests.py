@@ -1,7 +1,7 @@
 """What each request of a test-suite cycle costs the broker, request by request.
 
 ``python -m bench.micro.cycle_requests [--cycles N] [--storage memory|disk] [--source DIR]
-[--no-pulsar-lite] [--pause-ms MS] [--callgrind]``
+[--no-pulsar-lite] [--pause-ms MS] [--callgrind | --wall]``
 
 The cycle is the ``latency`` section's (a client, a producer and a consumer on a fresh topic,
 10 synchronous sends, 10 receives and acks, close), played on raw sockets so that every
@@ -15,6 +15,10 @@ each finds the broker idle as a test suite's do; pulsar-lite plays the same cycl
 taking turns cycle by cycle. On this kind of VM a request that comes after an idle moment costs
 several times what the same request costs back to back (docs/performance.md, thirtieth pass):
 these are the figures the test-suite cycle's ratio follows, more than the saturated ones.
+
+``--wall`` times instead how long the client waits for each request (the median; the sends'
+round trips and the ACKs' writes summed without the pauses between them): what the
+latency section's cycle is made of, request by request.
 
 ``--callgrind`` counts instead the instructions brokerlet runs per request: the cycle's
 requests are played in blocks (N connections, then N lookups, N producers, ...), each block
@@ -48,6 +52,7 @@ __all__ = [
     "cpu_per_request",
     "instructions_per_request",
     "main",
+    "wall_per_request",
 ]
 
 T = pb.BaseCommand
@@ -77,6 +82,7 @@ class RawCycle:
         self.topic = f"persistent://public/default/cycle-{uuid.uuid4().hex[:10]}"
         self.connection: RawConnection | None = None
         self.delivered: list[tuple[int, int]] = []
+        self.waited: float | None = None  # the last sends or acks, less their pauses
 
     @property
     def raw(self) -> RawConnection:
@@ -106,9 +112,11 @@ class RawCycle:
         self.raw.sock.sendall(encode_flow(1, 1000))
 
     def sends(self, pause: float) -> None:
+        self.waited = 0.0
         for sequence_id in range(SENDS):
             if sequence_id and pause:
                 time.sleep(pause)
+            start = time.perf_counter()
             self.raw.sock.sendall(b"".join(encode_send(1, sequence_id, 1, _ENTRY)))
             receipt = message = False
             while not (receipt and message):
@@ -119,12 +127,16 @@ class RawCycle:
                         message = True
                         ids = command.message.message_id
                         self.delivered.append((ids.ledger_id, ids.entry_id))
+            self.waited += time.perf_counter() - start
 
     def acks(self, pause: float) -> None:
+        self.waited = 0.0
         for index, message_id in enumerate(self.delivered):
             if index and pause:
                 time.sleep(pause)
+            start = time.perf_counter()
             self.raw.sock.sendall(encode_ack(1, [message_id]))
+            self.waited += time.perf_counter() - start
 
     def close_producer(self) -> None:
         close = pb.CommandCloseProducer(producer_id=1, request_id=5)
@@ -185,6 +197,28 @@ def cpu_per_request(
     }
 
 
+def wall_per_request(
+    brokers: dict[str, ChildBroker], cycles: int, pause: float
+) -> dict[str, list[float]]:
+    """Median µs the client waits for each of :data:`REQUESTS`, per broker, taking turns."""
+    waits: dict[str, list[list[float]]] = {name: [[] for _ in REQUESTS] for name in brokers}
+    for round_ in range(cycles + 3):  # three cycles each to warm up
+        for name, broker in brokers.items():
+            cycle = RawCycle(broker.service_url)
+            for index, step in enumerate(cycle.steps(pause)):
+                time.sleep(pause)
+                cycle.waited = None
+                start = time.perf_counter()
+                step()
+                waited = time.perf_counter() - start if cycle.waited is None else cycle.waited
+                if round_ >= 3:
+                    waits[name][index].append(waited)
+    return {
+        name: [statistics.median(values) * 1e6 for values in per_request]
+        for name, per_request in waits.items()
+    }
+
+
 def _dump(broker: BrokerletProcess) -> None:
     """Have callgrind write what it counted since the last dump (and start again from 0)."""
     time.sleep(_SETTLE)
@@ -222,7 +256,9 @@ def main() -> None:
     parser.add_argument("--source", type=Path, metavar="DIR")
     parser.add_argument("--no-pulsar-lite", action="store_true")
     parser.add_argument("--pause-ms", type=float, default=0.5)
-    parser.add_argument("--callgrind", action="store_true")
+    measure = parser.add_mutually_exclusive_group()
+    measure.add_argument("--callgrind", action="store_true")
+    measure.add_argument("--wall", action="store_true")
     args = parser.parse_args()
     pause = args.pause_ms / 1000
     flags = ["--storage", args.storage]
@@ -245,14 +281,17 @@ def main() -> None:
     try:
         for broker in brokers.values():
             broker.start()
-        figures = cpu_per_request(brokers, args.cycles, pause)
+        measured = wall_per_request if args.wall else cpu_per_request
+        figures = measured(brokers, args.cycles, pause)
     finally:
         for broker in brokers.values():
             broker.close()
     load = " / ".join(f"{value:.2f}" for value in os.getloadavg())
+    what = "client's wait" if args.wall else "broker CPU"
+    average = "median" if args.wall else "mean"
     print(
-        f"broker CPU µs per request of a raw test-suite cycle, {args.pause_ms:g} ms before and "
-        f"after each, mean of {args.cycles} cycles (load {load}, {time.strftime('%H:%M')})"
+        f"{what} µs per request of a raw test-suite cycle, {args.pause_ms:g} ms before and "
+        f"after each, {average} of {args.cycles} cycles (load {load}, {time.strftime('%H:%M')})"
     )
     print(f"  {'request':32}" + "".join(f"{name:>18}" for name in figures))
     for index, name in enumerate(REQUESTS):
