@@ -11,12 +11,16 @@ CONSUMER_STATS_RESPONSE.
 from __future__ import annotations
 
 import struct
+import threading
 import time
 
+import gevent.event
 import pytest
 from google.protobuf import unknown_fields
 
 from brokerlet import Broker
+from brokerlet.actors.dispatcher import Dispatcher
+from brokerlet.actors.messages import RemoveConsumer
 from brokerlet.testing.rawclient import RawClient
 from brokerlet.transport.protocol import Frame, FrameDecoder, build_entry, encode_message, pb
 from tests.dispatch_harness import failover_active
@@ -354,3 +358,31 @@ def test_exclusive_messages_carry_the_consumer_epoch_and_redeliver_raises_it(
         _subscribe_with_epoch(raw, topic, pb.CommandSubscribe.Shared, 3)
         raw.flow(1, 10)
         assert not raw.expect(T.MESSAGE).message.HasField("consumer_epoch")
+
+
+def test_close_consumer_is_answered_at_once_and_its_removal_comes_first(
+    monkeypatch: pytest.MonkeyPatch, topic: str
+) -> None:
+    # The answer does not wait for the dispatcher, which held it for as long as it was busy:
+    # the removal is queued there before the answer leaves, so the client's next request on
+    # the subscription finds it done (an Exclusive subscription takes the next consumer).
+    remove = Dispatcher.HANDLERS[RemoveConsumer]
+    entered = threading.Event()
+    held: list[gevent.event.Event] = []
+
+    def held_remove(dispatcher: Dispatcher, message: RemoveConsumer) -> None:
+        if not held:  # the first removal only
+            held.append(gevent.event.Event())
+            entered.set()
+            held[0].wait(10)
+        remove(dispatcher, message)
+
+    monkeypatch.setitem(Dispatcher.HANDLERS, RemoveConsumer, held_remove)
+    with Broker(port=0) as broker, RawClient(broker.address, timeout=5) as raw:
+        raw.handshake()
+        raw.subscribe(topic, "only", 1)
+        raw.close_consumer(1)  # answered while the dispatcher is held in the removal
+        assert entered.wait(5)
+        raw.send_command(raw.subscribe_command(topic, "only", 2, request_id=900))
+        broker._call(lambda _ref: held[0].set())
+        assert raw.expect(T.SUCCESS).success.request_id == 900

@@ -580,6 +580,36 @@ def test_a_connections_batches_of_one_pass_are_one_write() -> None:
     assert (gate.requests, notice.requests) == (1, 1)
 
 
+def test_a_consumer_its_client_closed_gets_no_message_frame_after() -> None:
+    """CLOSE_CONSUMER is answered before the dispatcher removes the consumer (connection.py,
+    ``_close_consumer``); batches for it still on their way are not written after that answer
+    (the dispatcher takes them back as it removes the consumer), and their completions are
+    still requested, so the dispatcher reads again as after a write."""
+    channel = RecordingChannel()
+    loop = HoldableLoop.start(0)
+    handle = ConnectionHandle(peer="p", channel=channel, event_loop=loop)  # type: ignore[arg-type]
+    a, b = (Consumer(i, name, "t", "s", SHARED, 0, handle) for i, name in ((1, "a"), (2, "b")))
+    a.closed = True
+    together, alone = CountingCompletion(), CountingCompletion()
+    try:
+        loop.tell(
+            SendMessageBatches(
+                [
+                    SendMessages(a, [make_entry(0)], [0], together),
+                    SendMessages(b, [make_entry(1)], [0], together),
+                ]
+            )
+        )
+        loop.tell(SendMessages(a, [make_entry(2)], [0], alone))
+        loop.ask(Noop(), block=True, timeout=5)
+    finally:
+        loop.stop(block=True, timeout=5)
+    decoder = FrameDecoder(1 << 20)
+    sent = [f.command.message.consumer_id for write in channel.writes for f in decoder.feed(write)]
+    assert sent == [2]
+    assert (together.requests, alone.requests) == (1, 1)
+
+
 class SlowStatsChannel(FakeChannel):
     """A channel whose statistics wait for ``release``: a dispatcher asked for stats is busy."""
 

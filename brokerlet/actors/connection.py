@@ -1007,12 +1007,17 @@ class ConnectionActor(GeventActor):
         tell_quietly(self._dispatcher_of(consumer), Redeliver(consumer, positions, epoch))
 
     def _close_consumer(self, command: pb.BaseCommand) -> None:
+        # Answered at once, as a bare request: the removal is queued at the dispatcher before
+        # the answer leaves, so whatever the client does next finds it done; and the event
+        # loop writes no MESSAGE for a closed consumer (what it was sent goes back for
+        # redelivery when the dispatcher removes it).
         request = command.close_consumer
         consumer = self.consumers.pop(request.consumer_id, None)
-        if consumer is not None:
-            self._consumers_changed()
-            self._remove(consumer, unsubscribe=False)
         self._success(request.request_id)
+        if consumer is not None:
+            consumer.closed = True
+            self._consumers_changed()
+            tell_quietly(self._dispatcher_of(consumer), RemoveConsumer(consumer))
 
     def _unsubscribe(self, command: pb.BaseCommand) -> None:
         request = command.unsubscribe

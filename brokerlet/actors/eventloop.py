@@ -68,13 +68,19 @@ class EventLoopActor(GeventActor):
             return  # the connection's cleanup releases these entries for redelivery
         buffers: list[bytes] = []
         for message in batches:
+            consumer = message.consumer
+            if consumer.closed:
+                continue  # its client closed it; its dispatcher takes these back
             buffers += encode_messages(
-                message.consumer.consumer_id,
+                consumer.consumer_id,
                 message.entries,
                 message.redelivery_counts,
                 message.ack_sets,
                 message.epoch,
             )
+        if not buffers:
+            written(None)  # the dispatcher reads again as after a write
+            return
         channel = connection.channel
         channel.write(buffers, written)
         if channel.send_blocked:

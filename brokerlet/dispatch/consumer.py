@@ -107,6 +107,9 @@ class Consumer:
     # Exclusive/Failover: the client's consumer_epoch (SUBSCRIBE, raised by REDELIVER); MESSAGE
     # frames carry it, and the client drops those of an older epoch. None: the client sent none.
     epoch: int | None = None
+    # Set by the connection as it answers the client's CLOSE_CONSUMER, before the dispatcher
+    # removes it: the event loop writes no MESSAGE for it after that answer.
+    closed: bool = False
 
     # Dispatcher-owned state.
     pending: dict[int, int] = field(default_factory=dict)  # entry id -> messages unacked

@@ -91,11 +91,12 @@ class DeliveryBook:
 
     def available(self, consumer: Consumer) -> bool:
         """Can take entries now: permits left, not blocked on unacked messages, accepting
-        writes (see `Consumer.accepting`)."""
+        writes (see `Consumer.accepting`), not closed by its client (`Consumer.closed`)."""
         return (
             consumer.permits > 0
             and not consumer.blocked
             and (consumer.accepting or not self._gating)
+            and not consumer.closed
         )
 
     def budget(self, consumer: Consumer) -> int:
