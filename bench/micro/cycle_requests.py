@@ -176,21 +176,39 @@ def broker_cpu_ns(pid: int) -> int:
     return total
 
 
-def cpu_per_request(
-    brokers: dict[str, ChildBroker], cycles: int, pause: float
-) -> dict[str, list[float]]:
-    """Mean broker CPU µs of each of :data:`REQUESTS`, per broker; the brokers take turns."""
-    spent: dict[str, list[list[int]]] = {name: [[] for _ in REQUESTS] for name in brokers}
-    for round_ in range(cycles + 3):  # three cycles each to warm up
+Measure = Callable[[ChildBroker, RawCycle, Callable[[], None]], float]
+"""One request's figure: ``measure(broker, cycle, step)`` runs ``step`` and says what it cost."""
+
+
+def _per_request(
+    brokers: dict[str, ChildBroker], cycles: int, pause: float, measure: Measure
+) -> dict[str, list[list[float]]]:
+    """Each broker's figures for each of :data:`REQUESTS` over ``cycles`` cycles (after three
+    each to warm up), the brokers taking turns cycle by cycle."""
+    figures: dict[str, list[list[float]]] = {name: [[] for _ in REQUESTS] for name in brokers}
+    for round_ in range(cycles + 3):
         for name, broker in brokers.items():
             cycle = RawCycle(broker.service_url)
             for index, step in enumerate(cycle.steps(pause)):
                 time.sleep(pause)
-                before = broker_cpu_ns(broker.pid)
-                step()
-                time.sleep(pause)  # what the request set off finishes (deliveries, closes)
+                figure = measure(broker, cycle, step)
                 if round_ >= 3:
-                    spent[name][index].append(broker_cpu_ns(broker.pid) - before)
+                    figures[name][index].append(figure)
+    return figures
+
+
+def cpu_per_request(
+    brokers: dict[str, ChildBroker], cycles: int, pause: float
+) -> dict[str, list[float]]:
+    """Mean broker CPU µs of each of :data:`REQUESTS`, per broker; the brokers take turns."""
+
+    def charged(broker: ChildBroker, _cycle: RawCycle, step: Callable[[], None]) -> float:
+        before = broker_cpu_ns(broker.pid)
+        step()
+        time.sleep(pause)  # what the request set off finishes (deliveries, closes)
+        return broker_cpu_ns(broker.pid) - before
+
+    spent = _per_request(brokers, cycles, pause, charged)
     return {
         name: [statistics.mean(values) / 1e3 for values in per_request]
         for name, per_request in spent.items()
@@ -200,19 +218,16 @@ def cpu_per_request(
 def wall_per_request(
     brokers: dict[str, ChildBroker], cycles: int, pause: float
 ) -> dict[str, list[float]]:
-    """Median µs the client waits for each of :data:`REQUESTS`, per broker, taking turns."""
-    waits: dict[str, list[list[float]]] = {name: [[] for _ in REQUESTS] for name in brokers}
-    for round_ in range(cycles + 3):  # three cycles each to warm up
-        for name, broker in brokers.items():
-            cycle = RawCycle(broker.service_url)
-            for index, step in enumerate(cycle.steps(pause)):
-                time.sleep(pause)
-                cycle.waited = None
-                start = time.perf_counter()
-                step()
-                waited = time.perf_counter() - start if cycle.waited is None else cycle.waited
-                if round_ >= 3:
-                    waits[name][index].append(waited)
+    """Median µs the client waits for each of :data:`REQUESTS`, per broker; the brokers take
+    turns."""
+
+    def waited(_broker: ChildBroker, cycle: RawCycle, step: Callable[[], None]) -> float:
+        cycle.waited = None
+        start = time.perf_counter()
+        step()
+        return time.perf_counter() - start if cycle.waited is None else cycle.waited
+
+    waits = _per_request(brokers, cycles, pause, waited)
     return {
         name: [statistics.median(values) * 1e6 for values in per_request]
         for name, per_request in waits.items()
