@@ -29,12 +29,16 @@ from brokerlet.transport.protocol import (
     encode_batch,
     encode_command,
     encode_flow,
+    encode_lookup_connect,
     encode_message,
     encode_messages,
     encode_payload_command,
+    encode_producer_success,
     encode_send,
     encode_send_receipt,
     encode_send_receipts,
+    encode_success,
+    encode_topic_partitions,
     metadata_problem,
     parse_metadata,
     pb,
@@ -992,6 +996,74 @@ def test_encode_flow_matches_protobuf(consumer_id: int, permits: int) -> None:
         T(type=T.FLOW, flow=pb.CommandFlow(consumer_id=consumer_id, message_permits=permits))
     )
     assert encode_flow(consumer_id, permits) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(uint64s)
+def test_encode_success_matches_protobuf(request_id: int) -> None:
+    expected = encode_command(T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request_id)))
+    assert encode_success(request_id) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(uint64s, uint32s)
+def test_encode_topic_partitions_matches_protobuf(request_id: int, partitions: int) -> None:
+    response = pb.CommandPartitionedTopicMetadataResponse(
+        request_id=request_id,
+        partitions=partitions,
+        response=pb.CommandPartitionedTopicMetadataResponse.Success,
+    )
+    expected = encode_command(
+        T(type=T.PARTITIONED_METADATA_RESPONSE, partitioned_metadata_response=response)
+    )
+    assert encode_topic_partitions(request_id, partitions) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(uint64s, st.text(max_size=200), st.text(max_size=200))
+def test_encode_lookup_connect_matches_protobuf(request_id: int, url: str, tls: str) -> None:
+    response = pb.CommandLookupTopicResponse(
+        request_id=request_id, response=pb.CommandLookupTopicResponse.Connect, authoritative=True
+    )
+    if url:  # an empty URL is left out, as the connection leaves out a listener's missing one
+        response.broker_service_url = url
+    if tls:
+        response.broker_service_url_tls = tls
+    expected = encode_command(T(type=T.LOOKUP_RESPONSE, lookup_response=response))
+    assert encode_lookup_connect(request_id, url, tls) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    uint64s,
+    st.text(max_size=200),
+    st.integers(-(1 << 63), (1 << 63) - 1),
+    st.one_of(st.none(), st.binary(max_size=20)),
+    st.one_of(st.none(), uint64s),
+    st.booleans(),
+)
+def test_encode_producer_success_matches_protobuf(
+    request_id: int,
+    name: str,
+    last_sequence_id: int,
+    schema_version: bytes | None,
+    topic_epoch: int | None,
+    ready: bool,
+) -> None:
+    success = pb.CommandProducerSuccess(
+        request_id=request_id, producer_name=name, last_sequence_id=last_sequence_id
+    )
+    if schema_version is not None:
+        success.schema_version = schema_version
+    if topic_epoch is not None:
+        success.topic_epoch = topic_epoch
+    if not ready:
+        success.producer_ready = False
+    expected = encode_command(T(type=T.PRODUCER_SUCCESS, producer_success=success))
+    got = encode_producer_success(
+        request_id, name, last_sequence_id, schema_version, topic_epoch, ready=ready
+    )
+    assert got == expected
 
 
 def test_table_varints_match_protobuf_across_their_whole_range() -> None:

@@ -108,8 +108,12 @@ from brokerlet.transport.protocol import (
     encode_ack_response,
     encode_command,
     encode_consumer_stats_response,
+    encode_lookup_connect,
+    encode_producer_success,
     encode_send_receipt,
     encode_send_receipts,
+    encode_success,
+    encode_topic_partitions,
     metadata_problem,
     parse_metadata,
     pb,
@@ -402,13 +406,16 @@ class ConnectionActor(GeventActor):
             )
             return
         try:
-            response.partitions = self._partitions(request.topic)
-            response.response = pb.CommandPartitionedTopicMetadataResponse.Success
+            partitions = self._partitions(request.topic)
         except BrokerError as error:
             response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
             response.error = error.code
             response.message = error.message
-        self._send(T(type=T.PARTITIONED_METADATA_RESPONSE, partitioned_metadata_response=response))
+            self._send(
+                T(type=T.PARTITIONED_METADATA_RESPONSE, partitioned_metadata_response=response)
+            )
+            return
+        self.channel.write(encode_topic_partitions(request.request_id, partitions))
 
     def _lookup(self, command: pb.BaseCommand) -> None:
         request = command.lookup
@@ -435,17 +442,12 @@ class ConnectionActor(GeventActor):
             response.error = pb.ServiceNotReady
             response.message = str(error)
         else:
-            response.response = pb.CommandLookupTopicResponse.Connect
-            response.authoritative = True
-            if listener is None:
-                response.broker_service_url = self.advertised_url
-                if self.advertised_url_tls:  # set on TLS connections only
-                    response.broker_service_url_tls = self.advertised_url_tls
+            if listener is None:  # the TLS URL is set on TLS connections only
+                urls = (self.advertised_url, self.advertised_url_tls)
             else:
-                if listener.service_url:
-                    response.broker_service_url = listener.service_url
-                if listener.service_url_tls:
-                    response.broker_service_url_tls = listener.service_url_tls
+                urls = (listener.service_url or "", listener.service_url_tls or "")
+            self.channel.write(encode_lookup_connect(request.request_id, *urls))
+            return
         self._send(T(type=T.LOOKUP_RESPONSE, lookup_response=response))
 
     # The lookups read the metadata store here: a hand-over to the broker actor and back was
@@ -505,7 +507,7 @@ class ConnectionActor(GeventActor):
         )
 
     def _success(self, request_id: int) -> None:
-        self._send(T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request_id)))
+        self.channel.write(encode_success(request_id))
 
     def _topic(self, name: str, *, create: bool = True) -> pykka.ActorRef[TopicActor]:
         topic = self.open_topics.get(name)
@@ -615,16 +617,11 @@ class ConnectionActor(GeventActor):
         *,
         ready: bool = True,
     ) -> None:
-        success = pb.CommandProducerSuccess(
-            request_id=request_id, producer_name=name, last_sequence_id=last_sequence_id
+        self.channel.write(
+            encode_producer_success(
+                request_id, name, last_sequence_id, schema_version, topic_epoch, ready=ready
+            )
         )
-        if schema_version is not None:
-            success.schema_version = schema_version
-        if topic_epoch is not None:
-            success.topic_epoch = topic_epoch
-        if not ready:
-            success.producer_ready = False
-        self._send(T(type=T.PRODUCER_SUCCESS, producer_success=success))
 
     def _remove_producer(self, producer: _Producer) -> None:
         remove = RemoveProducer(producer.name, self.actor_ref, producer.producer_id)

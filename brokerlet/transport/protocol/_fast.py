@@ -33,11 +33,15 @@ __all__ = [
     "decode_send_by_walk",
     "encode_ack",
     "encode_flow",
+    "encode_lookup_connect",
     "encode_message",
     "encode_messages",
+    "encode_producer_success",
     "encode_send",
     "encode_send_receipt",
     "encode_send_receipts",
+    "encode_success",
+    "encode_topic_partitions",
 ]
 
 _FRAME_HEADER: Final = struct.Struct(">II")
@@ -58,6 +62,10 @@ _RECEIPT_PREFIX: Final = b"\x08\x07\x3a"  # type SEND_RECEIPT (7), field 7
 _MESSAGE_PREFIX: Final = b"\x08\x09\x4a"  # type MESSAGE (9), field 9
 _ACK_PREFIX: Final = b"\x08\x0a\x52"  # type ACK (10), field 10
 _FLOW_PREFIX: Final = b"\x08\x0b\x5a"  # type FLOW (11), field 11
+_SUCCESS_PREFIX: Final = b"\x08\x0d\x6a"  # type SUCCESS (13), field 13
+_PRODUCER_SUCCESS_PREFIX: Final = b"\x08\x11\x8a\x01"  # type PRODUCER_SUCCESS (17), field 17
+_PARTITIONS_PREFIX: Final = b"\x08\x16\xb2\x01"  # PARTITIONED_METADATA_RESPONSE (22), field 22
+_LOOKUP_PREFIX: Final = b"\x08\x18\xc2\x01"  # type LOOKUP_RESPONSE (24), field 24
 _REDELIVERY_ZERO: Final = b"\x18\x00"  # redelivery_count = 0, written explicitly
 
 
@@ -491,6 +499,69 @@ def encode_flow(consumer_id: int, permits: int) -> bytes:
     """
     body = b"\x08" + _uint(consumer_id) + b"\x10" + _uint(permits, _UINT32_LIMIT)
     return _frame(_FLOW_PREFIX + _uint(len(body)) + body)
+
+
+def _text(key: bytes, text: str) -> bytes:
+    data = text.encode()
+    return key + _uint(len(data)) + data
+
+
+def encode_success(request_id: int) -> bytes:
+    """Encode a SUCCESS frame answering ``request_id``, as protobuf writes it (a control
+    request that comes alone pays for the code it touches: its answer avoids protobuf's)."""
+    body = b"\x08" + _uint(request_id)
+    return _frame(_SUCCESS_PREFIX + _ONE_BYTE_VARINTS[len(body)] + body)
+
+
+def encode_producer_success(
+    request_id: int,
+    producer_name: str,
+    last_sequence_id: int = -1,
+    schema_version: bytes | None = None,
+    topic_epoch: int | None = None,
+    *,
+    ready: bool = True,
+) -> bytes:
+    """Encode a PRODUCER_SUCCESS frame; ``ready`` False is a WaitForExclusive producer's
+    first answer (``producer_ready`` is written only then, its default being true)."""
+    if not -(1 << 63) <= last_sequence_id < (1 << 63):
+        raise ValueError(f"{last_sequence_id} is out of range for an int64 field")
+    parts = [
+        b"\x08",
+        _uint(request_id),
+        _text(b"\x12", producer_name),
+        b"\x18",
+        _uint(last_sequence_id + _UINT64_LIMIT if last_sequence_id < 0 else last_sequence_id),
+    ]
+    if schema_version is not None:
+        parts += (b"\x22", _uint(len(schema_version)), schema_version)
+    if topic_epoch is not None:
+        parts += (b"\x28", _uint(topic_epoch))
+    if not ready:
+        parts.append(b"\x30\x00")
+    body = b"".join(parts)
+    return _frame(_PRODUCER_SUCCESS_PREFIX + _uint(len(body)) + body)
+
+
+def encode_topic_partitions(request_id: int, partitions: int) -> bytes:
+    """Encode a successful PARTITIONED_METADATA_RESPONSE (``partitions`` 0: not partitioned)."""
+    body = b"\x08" + _uint(partitions, _UINT32_LIMIT) + b"\x10" + _uint(request_id) + b"\x18\x00"
+    return _frame(_PARTITIONS_PREFIX + _ONE_BYTE_VARINTS[len(body)] + body)
+
+
+def encode_lookup_connect(request_id: int, service_url: str, service_url_tls: str = "") -> bytes:
+    """Encode a LOOKUP_RESPONSE that sends the client to ``service_url`` (and its TLS URL, if
+    any) with authority: what a one-broker cluster answers to every lookup it serves."""
+    body = b"".join(
+        (
+            _text(b"\x0a", service_url) if service_url else b"",
+            _text(b"\x12", service_url_tls) if service_url_tls else b"",
+            b"\x18\x01\x20",  # response Connect, then request_id's key
+            _uint(request_id),
+            b"\x28\x01",  # authoritative
+        )
+    )
+    return _frame(_LOOKUP_PREFIX + _uint(len(body)) + body)
 
 
 def encode_ack(
