@@ -396,21 +396,16 @@ class ConnectionActor(GeventActor):
 
     def _partitioned_metadata(self, command: pb.BaseCommand) -> None:
         request = command.partitioned_metadata
-        response = pb.CommandPartitionedTopicMetadataResponse(request_id=request.request_id)
-        if not self.auth.allowed("lookup", request.topic):
-            response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
-            response.error = pb.AuthorizationError
-            response.message = f"Role {self.auth.role!r} may not look up {request.topic}"
-            self._send(
-                T(type=T.PARTITIONED_METADATA_RESPONSE, partitioned_metadata_response=response)
-            )
-            return
         try:
+            self._may_look_up(request.topic)
             partitions = self._partitions(request.topic)
         except BrokerError as error:
-            response.response = pb.CommandPartitionedTopicMetadataResponse.Failed
-            response.error = error.code
-            response.message = error.message
+            response = pb.CommandPartitionedTopicMetadataResponse(
+                request_id=request.request_id,
+                response=pb.CommandPartitionedTopicMetadataResponse.Failed,
+                error=error.code,
+                message=error.message,
+            )
             self._send(
                 T(type=T.PARTITIONED_METADATA_RESPONSE, partitioned_metadata_response=response)
             )
@@ -419,36 +414,43 @@ class ConnectionActor(GeventActor):
 
     def _lookup(self, command: pb.BaseCommand) -> None:
         request = command.lookup
-        response = pb.CommandLookupTopicResponse(request_id=request.request_id)
-        if not self.auth.allowed("lookup", request.topic):
-            response.response = pb.CommandLookupTopicResponse.Failed
-            response.error = pb.AuthorizationError
-            response.message = f"Role {self.auth.role!r} may not look up {request.topic}"
+        try:
+            self._may_look_up(request.topic)
+            self._check_lookup(request.topic)
+            listener = self._listener(request.advertised_listener_name)
+        except BrokerError as error:
+            response = pb.CommandLookupTopicResponse(
+                request_id=request.request_id,
+                response=pb.CommandLookupTopicResponse.Failed,
+                error=error.code,
+                message=error.message,
+            )
             self._send(T(type=T.LOOKUP_RESPONSE, lookup_response=response))
             return
+        if listener is None:  # the TLS URL is set on TLS connections only
+            urls = (self.advertised_url, self.advertised_url_tls)
+        else:
+            urls = (listener.service_url or "", listener.service_url_tls or "")
+        self.channel.write(encode_lookup_connect(request.request_id, *urls))
+
+    def _listener(self, name: str) -> Listener | None:
+        """The advertised listener a lookup names (None: the broker's own URLs); BrokerError
+        ServiceNotReady for a name the broker does not advertise."""
         try:
-            self._check_lookup(request.topic)
-            listener = pick_listener(
+            return pick_listener(
                 listeners_of(self.settings.advertised_listeners),
-                request.advertised_listener_name or None,
+                name or None,
                 self.settings.internal_listener_name,
             )
-        except BrokerError as error:
-            response.response = pb.CommandLookupTopicResponse.Failed
-            response.error = error.code
-            response.message = error.message
         except UnknownListener as error:
-            response.response = pb.CommandLookupTopicResponse.Failed
-            response.error = pb.ServiceNotReady
-            response.message = str(error)
-        else:
-            if listener is None:  # the TLS URL is set on TLS connections only
-                urls = (self.advertised_url, self.advertised_url_tls)
-            else:
-                urls = (listener.service_url or "", listener.service_url_tls or "")
-            self.channel.write(encode_lookup_connect(request.request_id, *urls))
-            return
-        self._send(T(type=T.LOOKUP_RESPONSE, lookup_response=response))
+            raise BrokerError(pb.ServiceNotReady, str(error)) from None
+
+    def _may_look_up(self, topic: str) -> None:
+        """BrokerError AuthorizationError unless the role may look ``topic`` up."""
+        if not self.auth.allowed("lookup", topic):
+            raise BrokerError(
+                pb.AuthorizationError, f"Role {self.auth.role!r} may not look up {topic}"
+            )
 
     # The lookups read the metadata store here: a hand-over to the broker actor and back was
     # a quarter of their cost. Only that actor changes which topics exist, so it is asked
