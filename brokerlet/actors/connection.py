@@ -400,15 +400,8 @@ class ConnectionActor(GeventActor):
             self._may_look_up(request.topic)
             partitions = self._partitions(request.topic)
         except BrokerError as error:
-            response = pb.CommandPartitionedTopicMetadataResponse(
-                request_id=request.request_id,
-                response=pb.CommandPartitionedTopicMetadataResponse.Failed,
-                error=error.code,
-                message=error.message,
-            )
-            self._send(
-                T(type=T.PARTITIONED_METADATA_RESPONSE, partitioned_metadata_response=response)
-            )
+            response = pb.CommandPartitionedTopicMetadataResponse(request_id=request.request_id)
+            self._refuse_lookup("partitioned_metadata_response", response, error)
             return
         self.channel.write(encode_topic_partitions(request.request_id, partitions))
 
@@ -419,19 +412,22 @@ class ConnectionActor(GeventActor):
             self._check_lookup(request.topic)
             listener = self._listener(request.advertised_listener_name)
         except BrokerError as error:
-            response = pb.CommandLookupTopicResponse(
-                request_id=request.request_id,
-                response=pb.CommandLookupTopicResponse.Failed,
-                error=error.code,
-                message=error.message,
-            )
-            self._send(T(type=T.LOOKUP_RESPONSE, lookup_response=response))
+            response = pb.CommandLookupTopicResponse(request_id=request.request_id)
+            self._refuse_lookup("lookup_response", response, error)
             return
         if listener is None:  # the TLS URL is set on TLS connections only
             urls = (self.advertised_url, self.advertised_url_tls)
         else:
             urls = (listener.service_url or "", listener.service_url_tls or "")
         self.channel.write(encode_lookup_connect(request.request_id, *urls))
+
+    def _refuse_lookup(self, field: str, response: Any, error: BrokerError) -> None:
+        """Answer a lookup with ``error``: ``response`` (its request id set) is the
+        BaseCommand's ``field``, whose name is the answer's type in lower case."""
+        response.response = type(response).Failed
+        response.error = error.code
+        response.message = error.message
+        self._send(T(type=T.Type.Value(field.upper()), **{field: response}))
 
     def _listener(self, name: str) -> Listener | None:
         """The advertised listener a lookup names (None: the broker's own URLs); BrokerError
@@ -1024,7 +1020,10 @@ class ConnectionActor(GeventActor):
         if consumer is None:
             return
         try:
-            self._remove(consumer, unsubscribe=True)
+            with contextlib.suppress(pykka.ActorDeadError):
+                self._dispatcher_of(consumer).ask(
+                    RemoveConsumer(consumer, unsubscribe=True), block=True
+                )
         except BrokerError as error:
             self._error(request.request_id, error.code, error.message)
             return
@@ -1038,12 +1037,6 @@ class ConnectionActor(GeventActor):
         if consumer is None:
             self._error(request_id, pb.ConsumerNotFound, f"Consumer {consumer_id} not found")
         return consumer
-
-    def _remove(self, consumer: Consumer, *, unsubscribe: bool) -> None:
-        with contextlib.suppress(pykka.ActorDeadError):
-            self._dispatcher_of(consumer).ask(
-                RemoveConsumer(consumer, unsubscribe=unsubscribe), block=True
-            )
 
     def _seek(self, command: pb.BaseCommand) -> None:
         request = command.seek
