@@ -46,7 +46,7 @@ from brokerlet.storage import (
 )
 from brokerlet.storage._reading import TailCache
 from brokerlet.storage._records import RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE, encode_records
-from brokerlet.storage._segments import FIRST_RESERVE
+from brokerlet.storage._segments import BLOCK, FIRST_RESERVE
 from brokerlet.testing.waiting import wait_until
 from brokerlet.transport.protocol import crc32c
 
@@ -538,6 +538,49 @@ def _storage_at(data_dir: Path) -> Iterator[DiskStorage]:
         storage.close()
 
 
+def _block_end(size: int) -> int:
+    return -(-size // BLOCK) * BLOCK
+
+
+def test_a_synchronous_senders_syncs_change_the_files_size_once_a_block(
+    open_storage: Callable[..., DiskStorage], ops: RecordingOps, tmp_path: Path
+) -> None:
+    # Each write fills the file to the end of its last block, in the same write and sync:
+    # an fdatasync that changes no file size has no size to journal (_segments.BLOCK).
+    storage = open_storage()
+    ledger, _ = storage.open_topic(TOPIC)
+    storage.flush()
+    (segment,) = segment_files(tmp_path / "data")
+    assert segment.stat().st_size == BLOCK  # the header's block, filled at creation
+    datas = [bytes([index]) * 300 for index in range(40)]
+    sizes = []
+    for data in datas:
+        writes, syncs = ops.seg_writes(), ops.syncs
+        append(ledger, [data])
+        storage.flush()
+        assert (ops.seg_writes() - writes, ops.syncs - syncs) == (1, 1)
+        sizes.append(segment.stat().st_size)
+        end = _records_end(segment)
+        assert sizes[-1] == _block_end(end)
+        assert segment.read_bytes()[end:] == bytes(sizes[-1] - end)
+    assert len(set(sizes)) == _block_end(_records_end(segment)) // BLOCK  # once a block
+    storage.close()
+    assert segment.stat().st_size == _records_end(segment)  # closing cuts the zeros
+    ledger, _ = open_storage().open_topic(TOPIC)
+    assert [e.data for e in read_all(ledger)] == datas
+
+
+def test_a_small_segment_is_filled_no_further_than_its_size(
+    open_storage: Callable[..., DiskStorage], tmp_path: Path
+) -> None:
+    storage = open_storage(segment_bytes=1024)
+    ledger, _ = storage.open_topic(TOPIC)
+    append(ledger, [b"x" * 100])
+    storage.flush()
+    (segment,) = segment_files(tmp_path / "data")
+    assert segment.stat().st_size == 1024
+
+
 def test_zeros_are_reserved_ahead_of_a_busy_ledger_and_cut_when_its_segment_is_sealed(
     open_storage: Callable[..., DiskStorage], tmp_path: Path
 ) -> None:
@@ -545,10 +588,10 @@ def test_zeros_are_reserved_ahead_of_a_busy_ledger_and_cut_when_its_segment_is_s
     ledger, _ = storage.open_topic(TOPIC)
     storage.flush()
     (segment,) = segment_files(tmp_path / "data")
-    for index in range(5):  # a synchronous sender: one record a pass, no reserve
+    for index in range(5):  # a synchronous sender: one record a pass, its block filled only
         append(ledger, [payload(index)])
     storage.flush()
-    assert segment.stat().st_size == _records_end(segment)
+    assert segment.stat().st_size == _block_end(_records_end(segment))
 
     append(ledger, [b"a" * 100, b"b" * 100])  # a pass of several records: busy
     storage.flush()
@@ -675,7 +718,7 @@ def test_a_reserve_that_fails_is_logged_and_appends_go_on(
     (warning,) = caplog.records  # once: the segment stops trying
     assert "cannot write ahead of its records" in warning.getMessage()
     (segment,) = segment_files(tmp_path / "data")
-    assert segment.stat().st_size == _records_end(segment)
+    assert segment.stat().st_size == _block_end(_records_end(segment))  # no reserve past it
     storage.close()
     ledger, _ = open_storage().open_topic(TOPIC)
     assert [e.data for e in read_all(ledger)] == [payload(i) for i in range(5) for _ in "ab"]

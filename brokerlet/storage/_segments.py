@@ -9,12 +9,14 @@ in a pass go out in one vectored write and, under `SyncPolicy.EVERY_BATCH`, one 
 ledger's writes in a pass always land in one segment, so a failure can be undone by cutting
 that segment back to where the pass started.
 
-Under every_batch the writer also keeps zeros written and synced ahead of a busy ledger's
-records (`SegmentLog.reserved`), once a pass's completions are handed back: an fdatasync over
-blocks already in the file has no size or extent change to journal. Busy means a pass of
-several records: there the sync then costs about a third less (docs/performance.md,
-"Nineteenth pass"), while a pass of one record (a synchronous sender) gained nothing measurable
-and would wait behind the reserve's own write and sync.
+Under every_batch the writer keeps zeros after the records (`SegmentLog.reserved`), because an
+fdatasync over bytes already in the file has no size or extent change to journal. Every write
+fills the file to the end of its last block (`BLOCK`): the block holds those bytes anyway, so
+a synchronous sender's syncs change the file's size once a block instead of once a record (its
+send waits about a tenth less; docs/performance.md, "Thirty-fourth pass"). A busy ledger (a pass
+of several records) also gets a larger reserve written and synced once the pass's completions
+are handed back, where the sync then costs about a third less ("Nineteenth pass"); for a pass
+of one record that reserve's own write and sync would come just before the sender's next send.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ FIRST_RESERVE = 16 * 1024
 MAX_RESERVE = 512 * 1024
 """The most a reserve grows by at once (its write and sync take under a millisecond here)."""
 _ZEROS = memoryview(bytes(MAX_RESERVE))
+BLOCK = 4096
+"""Under every_batch a segment's writes fill it with zeros to a multiple of this size."""
 
 
 class SyncPolicy(enum.Enum):
@@ -336,7 +340,8 @@ class LogWriter:
                     if (
                         segment_log.next_id - pending.next_id > 1
                         and segment_log.reserving
-                        and segment_log.reserved - segment_log.size < segment_log.reserve_step // 2
+                        and segment_log.reserved - segment_log.size
+                        < max(segment_log.reserve_step // 2, BLOCK)
                     ):
                         self._short[segment_log] = None
         else:
@@ -360,11 +365,20 @@ class LogWriter:
         assert segment_log.fd is not None
         pending.size = start = segment_log.size
         pending.next_id = next_id = segment_log.next_id
+        buffers: list[bytes | memoryview] = [job.blob for job in pending.jobs]
+        end = start + sum(map(len, buffers))
+        zeros = 0
+        if end > segment_log.reserved:
+            zeros = self._block_fill(end, segment_log.segment_bytes)
+            if zeros:
+                buffers.append(_ZEROS[:zeros])
         try:
-            end = write_all(self._ops, segment_log.fd, [job.blob for job in pending.jobs], start)
+            write_all(self._ops, segment_log.fd, buffers, start)
         except OSError as error:
             self._cut(segment_log, start)
             return error
+        if zeros:
+            segment_log.reserved = end + zeros
         offset = start
         for job in pending.jobs:
             job.first_id = next_id
@@ -376,6 +390,13 @@ class LogWriter:
         segment_log.next_id = next_id
         pending.written = True
         return None
+
+    def _block_fill(self, end: int, segment_bytes: int) -> int:
+        """How many zeros to write after ``end`` to fill its block (every_batch only, and never
+        past a segment's size, so that a small segment is not mostly zeros)."""
+        if self._policy is not SyncPolicy.EVERY_BATCH:
+            return 0
+        return max(0, min(-end % BLOCK, segment_bytes - end))
 
     def _sync_batch(self, segment_log: SegmentLog, pending: _Pending) -> None:
         assert segment_log.fd is not None
@@ -421,7 +442,8 @@ class LogWriter:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             header = encode_segment_header(segment_log.ledger_id, base)
-            write_all(ops, fd, [header], 0)
+            zeros = self._block_fill(len(header), segment_log.segment_bytes)
+            write_all(ops, fd, [header, _ZEROS[:zeros]] if zeros else [header], 0)
             if self._policy is not SyncPolicy.NEVER:
                 ops.sync(fd)
                 ops.sync_dir(segment_log.directory)
@@ -434,7 +456,7 @@ class LogWriter:
         segment_log.fd = fd
         segment_log.base = base
         segment_log.size = len(header)
-        segment_log.reserved = 0
+        segment_log.reserved = len(header) + zeros if zeros else 0
         segment_log.reserving = True
 
     def _cut_reserve(self, segment_log: SegmentLog, fd: int) -> None:
