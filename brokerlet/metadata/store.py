@@ -32,6 +32,7 @@ from brokerlet.metadata.schema import APPLICATION_ID, MIGRATIONS
 __all__ = [
     "DEFAULT_NAMESPACE",
     "DEFAULT_TENANT",
+    "DEFERRED_COMMIT_DELAY",
     "FILE_NAME",
     "AlreadyExists",
     "MetadataError",
@@ -58,6 +59,12 @@ class NotFound(MetadataError):  # noqa: N818 - read as "raise NotFound(...)"
     pass
 
 
+DEFERRED_COMMIT_DELAY = 1.0
+"""Seconds a change nobody waits for (an auto-created topic) may wait for its commit: its
+fsync then falls outside the requests that follow the creation, and one commit carries every
+topic created meanwhile. Storage recovers such a topic at start-up if a crash comes first."""
+
+
 class AlreadyExists(MetadataError):  # noqa: N818
     pass
 
@@ -82,13 +89,21 @@ class MetadataStore:
     Args:
         path: the database file, or None for an in-memory store.
         cluster: this broker's cluster name (``cluster_name``).
+        deferred_commit_delay: seconds the changes nobody waits for are gathered before
+            their commit (a file's store only; in memory they commit at once).
 
     Raises:
         MetadataError: the file is not a brokerlet metadata database, is corrupt, or was
             written by a newer brokerlet.
     """
 
-    def __init__(self, path: str | None, *, cluster: str = "standalone") -> None:
+    def __init__(
+        self,
+        path: str | None,
+        *,
+        cluster: str = "standalone",
+        deferred_commit_delay: float = DEFERRED_COMMIT_DELAY,
+    ) -> None:
         self.path = path
         self.cluster = cluster
         self._lock = gevent.lock.Semaphore()
@@ -96,6 +111,9 @@ class MetadataStore:
         # Changes whose commit nobody waits for; they go first in the next transaction.
         self._deferred: list[Callable[[sqlite3.Connection], object]] = []
         self._flushing: gevent.Greenlet | None = None
+        self._deferred_commit_delay = deferred_commit_delay
+        self._commit_timer: Any = None  # a loop timer, made on the hub at the first deferral
+        self._closed = False
         self._connection = self._open(path)
         self.tenants: dict[str, dict[str, Any]] = {}
         self.namespaces: dict[str, dict[str, Any]] = {}
@@ -209,6 +227,9 @@ class MetadataStore:
             self.create_namespace(DEFAULT_NAMESPACE, {})
 
     def close(self) -> None:
+        self._closed = True
+        if self._commit_timer is not None:
+            self._commit_timer.close()  # the commit below takes its place
         with self._lock:
             if self._deferred:
                 self._transact(lambda _connection: None)
@@ -254,13 +275,24 @@ class MetadataStore:
         return run()
 
     def _defer(self, change: Callable[[sqlite3.Connection], object]) -> None:
-        """Commit ``change`` soon, on a greenlet of its own, without making the caller wait."""
+        """Commit ``change`` within the deferred commit delay, on a greenlet of its own,
+        without making the caller wait; a waited write or `close` commits it first."""
         if not self._offload:
             self._transact(change)  # in memory: no fsync to wait for
             return
         self._deferred.append(change)
-        if self._flushing is None:
-            self._flushing = gevent.spawn(self._flush)
+        self._schedule_commit()
+
+    def _schedule_commit(self) -> None:
+        if self._flushing is not None or self._closed:
+            return  # a running commit schedules the next one when it ends
+        if self._commit_timer is None:
+            self._commit_timer = gevent.get_hub().loop.timer(self._deferred_commit_delay)
+        if not self._commit_timer.active:
+            self._commit_timer.start(self._start_commit)
+
+    def _start_commit(self) -> None:
+        self._flushing = gevent.spawn(self._flush)
 
     def _flush(self) -> None:
         try:
@@ -268,9 +300,11 @@ class MetadataStore:
                 if self._deferred:
                     self._transact(lambda _connection: None)
         except sqlite3.Error:
-            log.exception("metadata: a deferred commit failed; it is retried with the next one")
+            log.exception("metadata: a deferred commit failed; it is retried")
         finally:
             self._flushing = None
+        if self._deferred:  # deferred while this commit ran, or it failed
+            self._schedule_commit()
 
     # Tenants.
 
@@ -377,8 +411,9 @@ class MetadataStore:
 
         With ``exist_ok`` an existing topic is returned as it is (auto-creation racing an
         explicit creation), otherwise :class:`AlreadyExists`. Without ``wait`` the commit
-        follows on a greenlet of its own (auto-creation: a topic that stored anything is
-        found in storage and recorded again at start-up, so the fsync need not delay it).
+        follows within `DEFERRED_COMMIT_DELAY`, on a greenlet of its own (auto-creation: a
+        topic that stored anything is found in storage and recorded again at start-up, so the
+        fsync need not delay it).
         """
         if not wait:
             # Nothing below yields without wait, so it needs no lock (holding it would make
