@@ -564,8 +564,10 @@ def test_a_synchronous_senders_syncs_change_the_files_size_once_a_block(
         assert sizes[-1] == _block_end(end)
         assert segment.read_bytes()[end:] == bytes(sizes[-1] - end)
     assert len(set(sizes)) == _block_end(_records_end(segment)) // BLOCK  # once a block
+    syncs = ops.syncs
     storage.close()
-    assert segment.stat().st_size == _records_end(segment)  # closing cuts the zeros
+    assert segment.stat().st_size == _records_end(segment)  # closing cuts the zeros ...
+    assert ops.syncs == syncs  # ... without a sync: zeros brought back are read as before
     ledger, _ = open_storage().open_topic(TOPIC)
     assert [e.data for e in read_all(ledger)] == datas
 

@@ -456,7 +456,7 @@ class LogWriter:
         segment_log.fd = fd
         segment_log.base = base
         segment_log.size = len(header)
-        segment_log.reserved = len(header) + zeros if zeros else 0
+        segment_log.reserved = len(header) + zeros
         segment_log.reserving = True
 
     def _cut_reserve(self, segment_log: SegmentLog, fd: int) -> None:
@@ -574,8 +574,12 @@ class LogWriter:
         segment_log.fd = None
         self._dirty.pop(segment_log, None)
         try:
+            unsynced = segment_log.dirty
+            # The cut needs no sync of its own: zeros a power loss brings back are read as
+            # the reserve they were. So a topic whose records were all synced closes without
+            # one.
             self._cut_reserve(segment_log, fd)
-            if segment_log.dirty:
+            if unsynced:
                 self._ops.sync(fd)
         except OSError as error:
             log.error("ledger %d: sealing at close failed: %s", segment_log.ledger_id, error)
