@@ -153,7 +153,7 @@ def test_an_auto_created_topic_is_committed_without_the_creator_waiting(tmp_path
 def test_topics_auto_created_within_the_delay_share_one_commit(tmp_path: Path) -> None:
     # Each commit fsyncs: one per auto-created topic would land on the requests that follow
     # each creation (a test suite's subscribe and sends).
-    store = MetadataStore(str(tmp_path / FILE_NAME), deferred_commit_delay=0.2)
+    store = MetadataStore(str(tmp_path / FILE_NAME), deferred_commit_delay=0.5)
     commits: list[str] = []
     store._connection.set_trace_callback(
         lambda statement: commits.append(statement) if statement == "COMMIT" else None
