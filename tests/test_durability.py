@@ -232,6 +232,44 @@ def test_a_full_disk_fails_sends_with_persistence_error_and_keeps_serving(tmp_pa
             assert [m.payload for m in reader.receive(1, 1)] == [b"space again"]
 
 
+class CursorsRewrites(FileOps):
+    """Counts the rewrites of cursors files (the writes of their temporary copies)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+
+    def write(self, fd: int, buffers: Sequence[bytes], offset: int) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("/cursors.tmp"):
+            with self.lock:
+                self.count += 1
+        return super().write(fd, buffers, offset)
+
+
+def test_a_new_subscription_and_its_first_acks_share_one_cursors_rewrite(tmp_path: Path) -> None:
+    # dispatch/cursor_saver.py: a new durable subscription is saved by the dispatcher's first
+    # persist timer, with its first acks; a test's topic costs one rewrite (two syncs), not two.
+    rewrites = CursorsRewrites()
+    with (
+        Broker(
+            port=0,
+            storage="disk",
+            data_dir=str(tmp_path),
+            storage_file_ops=rewrites,
+            cursor_flush_ms=500,  # the acks below come well inside it
+        ) as broker,
+        RawClient(broker.address) as client,
+    ):
+        client.handshake()
+        client.subscribe(TOPIC, "sub", 1, sub_type=pb.CommandSubscribe.Shared)
+        store_then_ack_all(client, [b"a", b"b", b"c"], tmp_path)
+        wait_until(
+            lambda: (saved_cursor(tmp_path, "sub") or (-1, set()))[0] == 2,
+            message="the acks in the cursors file",
+        )
+        assert rewrites.count == 1
+
+
 def topic_bytes(data_dir: Path) -> int:
     total = 0
     for segment in data_dir.glob("topics/*/*.seg"):

@@ -192,7 +192,10 @@ class Dispatcher:
     def on_start(self) -> None:
         self._gate = ConflatedTell(self.actor_ref, ReadMore())
         self.book.wake = self._gate.request
-        self.cursor_saver.save()
+        if self.cursor_saver.dirty:
+            # A new durable subscription is saved with the acks of its first moment: a
+            # short-lived one (a test's) then costs one rewrite of the cursors file, not two.
+            self._persist_soon()
 
     def on_stop(self) -> None:
         self.cursor_saver.save()
@@ -625,10 +628,12 @@ class Dispatcher:
         )
 
     def _cursor_changed(self) -> None:
+        if self.cursor_saver.changed():
+            self._persist_soon()
+
+    def _persist_soon(self) -> None:
         """Save the cursor soon: at most once per ``cursor_flush_ms``, whatever the ack rate."""
-        if self.cursor_saver.changed() and (
-            self._persist_timer is None or self._persist_timer.done
-        ):
+        if self._persist_timer is None or self._persist_timer.done:
             tell = self.actor_ref.tell
             self._persist_timer = self.call_later(
                 self.settings.cursor_flush_ms / 1000, lambda: tell(PersistCursor())

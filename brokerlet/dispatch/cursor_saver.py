@@ -1,8 +1,9 @@
 """When a durable subscription's acknowledgements reach its cursor store.
 
 At most once per ``cursor_flush_ms`` whatever the ack rate (the dispatcher's timer calls
-:meth:`CursorSaver.save`), when the dispatcher starts (a new durable subscription is saved at
-once) and when it stops. An unsubscribed subscription is deleted, not saved.
+:meth:`CursorSaver.save`; a new durable subscription is saved by the first such timer, with
+the acks of its first moment) and when the dispatcher stops. An unsubscribed subscription is
+deleted, not saved.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class CursorSaver:
         self._store = store
         self._name = name
         self._cursor = cursor
-        self.dirty = store is not None  # a new durable subscription is saved at once
+        self.dirty = store is not None  # a new durable subscription is saved by the first timer
         self.batch_acks: BatchAcks | None = None  # saved with the cursor when set
 
     def restore_batch_acks(self, batch_acks: BatchAcks) -> None:
