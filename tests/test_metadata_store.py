@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 from pathlib import Path
 
 import gevent
@@ -12,7 +11,10 @@ import pytest
 from brokerlet.metadata import AlreadyExists, MetadataError, MetadataStore, NotEmpty, NotFound
 from brokerlet.metadata.schema import MIGRATIONS
 from brokerlet.metadata.store import FILE_NAME
+from brokerlet.storage._worker import real_lock
 from brokerlet.testing.waiting import wait_until
+
+WAIT = 10.0  # seconds a test waits for what must happen
 
 
 def test_public_and_public_default_exist_at_start() -> None:
@@ -97,27 +99,16 @@ def test_non_empty_tenants_and_namespaces_are_not_deleted() -> None:
 
 def test_disk_writes_run_on_the_thread_pool_not_the_event_loop(tmp_path: Path) -> None:
     store = MetadataStore.in_directory(str(tmp_path))
-    ticks = []
-
-    def ticker() -> None:
-        while True:
-            ticks.append(1)
-            # Not sleep(0): a hub that never waits never lets go of the GIL, and the pool's
-            # thread then waits the interpreter's switch interval for each of its calls.
-            gevent.sleep(0.001)
-
-    other = gevent.spawn(ticker)
-    gevent.sleep(0)
-    before = len(ticks)
+    hub_free = real_lock()  # a real lock: it blocks the pool's thread, as an fsync would
+    hub_free.acquire()
+    other = gevent.spawn(hub_free.release)  # runs only if the hub is free during the write
 
     def slow(connection: sqlite3.Connection) -> None:
-        time.sleep(0.05)  # a real blocking call, as an fsync is
+        assert hub_free.acquire(True, WAIT), "the hub was blocked while the transaction ran"
         connection.execute("INSERT INTO tenants VALUES ('slow', '{}')")
 
     store.write(slow)
-    other.kill()
-
-    assert len(ticks) > before + 1, "the hub was blocked while the transaction ran"
+    assert other.dead
 
 
 def _stored_topics(tmp_path: Path) -> list[str]:
@@ -161,7 +152,7 @@ def test_topics_auto_created_within_the_delay_share_one_commit(tmp_path: Path) -
     names = [f"persistent://public/default/t{index}" for index in range(5)]
     for name in names:
         store.create_topic(name, "public/default", 0, wait=False)
-        gevent.sleep(0.01)  # creations spread over a moment, as a test suite's are
+        gevent.idle()  # the hub runs between creations, as between a test suite's requests
     assert _stored_topics(tmp_path) == []
     assert wait_until(lambda: _stored_topics(tmp_path), message="the deferred commit") == names
     assert commits == ["COMMIT"]
