@@ -23,6 +23,7 @@ import gevent.event
 import gevent.lock
 import pykka
 
+from brokerlet._slice import requested_slice
 from brokerlet.actors import stats_reader
 from brokerlet.actors.broker import BrokerActor, close_idle_topics
 from brokerlet.actors.eventloop import EventLoopActor
@@ -378,6 +379,10 @@ class Broker:
             self._done.set()
 
     def _run(self, on_ready: Callable[[Broker], object] | None) -> None:
+        with requested_slice(self.settings.event_loop_slice_us):
+            self._serve(on_ready)
+
+    def _serve(self, on_ready: Callable[[Broker], object] | None) -> None:
         began = time.perf_counter()
         self._hub = gevent.get_hub()
         self._stop_event = gevent.event.Event()

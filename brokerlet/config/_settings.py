@@ -76,6 +76,12 @@ class Settings:
     so_rcvbuf: int = setting(
         0, "SO_RCVBUF in bytes; 0 keeps the kernel default and its autotuning.", minimum=0
     )
+    event_loop_slice_us: int = setting(
+        100, "Scheduler slice (µs) the event loop's thread asks Linux (6.12+) for, so that it "
+        "runs soon after a wake-up on a busy machine; the kernel raises values under 100 to "
+        "100; 0 keeps the kernel's default.",
+        minimum=0, maximum=100_000,
+    )
     keep_alive_interval_seconds: int = setting(
         30, "Seconds between keep-alive pings on a quiet connection; 0 turns them off.",
         alias="keepAliveIntervalSeconds", minimum=0,
