@@ -41,32 +41,44 @@ def on_a_thread(work: Callable[[], T]) -> T:
     return results[0]
 
 
-def broker_thread_slice(running: Broker) -> int | None:
-    (thread,) = (t for t in threading.enumerate() if t.name == "brokerlet")
-    assert thread.native_id is not None
-    return current_slice_us(thread.native_id)
+def serve_once(slice_us: int) -> tuple[int | None, int | None, int | None]:
+    """On a thread of its own: the thread's slice before ``serve_forever``, while the broker
+    runs on it (read by ``on_ready``, on the broker's thread), and after it returns."""
+
+    def work() -> tuple[int | None, int | None, int | None]:
+        before = current_slice_us()
+        seen: list[int | None] = []
+
+        def ready(broker: Broker) -> None:
+            seen.append(current_slice_us())
+            broker.stop()
+
+        Broker(port=0, web_service_enabled=False, event_loop_slice_us=slice_us).serve_forever(
+            on_ready=ready
+        )
+        return before, seen[0], current_slice_us()
+
+    return on_a_thread(work)
 
 
 @pytest.mark.parametrize("slice_us", [100, 500])
-def test_the_broker_thread_runs_with_the_configured_slice(slice_us: int) -> None:
-    with Broker(port=0, web_service_enabled=False, event_loop_slice_us=slice_us) as running:
-        assert broker_thread_slice(running) == slice_us
+def test_the_broker_runs_with_the_configured_slice_and_gives_it_back(slice_us: int) -> None:
+    before, serving, after = serve_once(slice_us)
+    assert serving == slice_us
+    assert after == before != slice_us
 
 
 def test_a_zero_slice_leaves_the_kernels_default() -> None:
-    default = current_slice_us()
-    with Broker(port=0, web_service_enabled=False, event_loop_slice_us=0) as running:
-        assert broker_thread_slice(running) == default
+    before, serving, after = serve_once(0)
+    assert serving == before == after
 
 
-def test_the_slice_is_put_back_and_the_nice_value_kept() -> None:
-    # serve_forever runs the broker on the caller's thread: the caller gets its slice back.
+def test_only_the_slice_changes_the_nice_value_is_kept() -> None:
     def work() -> tuple[int | None, int, int | None, int]:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 5)
         before = current_slice_us()
         with requested_slice(200):
             inside = current_slice_us(), os.getpriority(os.PRIO_PROCESS, 0)
-        assert current_slice_us() == before
         return (*inside, before, os.getpriority(os.PRIO_PROCESS, 0))
 
     inside_slice, inside_nice, before, after_nice = on_a_thread(work)
