@@ -66,11 +66,15 @@ _SYSCALL = _syscall()
 
 
 def _get(thread_id: int) -> _Attr | None:
+    """A thread's attributes if it runs under a fair policy whose slice Linux reports (6.12+;
+    before, a normal thread's is 0), else None."""
     if _SYSCALL is None:
         return None
     call, _, getattr_number = _SYSCALL
     attr = _Attr()
     if call(getattr_number, thread_id, ctypes.byref(attr), ctypes.sizeof(_Attr), 0) != 0:
+        return None
+    if attr.policy not in (_SCHED_OTHER, _SCHED_BATCH) or not attr.runtime:
         return None
     return attr
 
@@ -93,11 +97,9 @@ def _set(attr: _Attr, nanoseconds: int) -> int:
 
 def current_slice_us(thread_id: int = 0) -> int | None:
     """A thread's scheduler slice in µs (0 = the calling thread), or None where Linux has
-    none to report (before 6.12 a normal thread's is 0)."""
+    none to report."""
     attr = _get(thread_id)
-    if attr is None or attr.policy not in (_SCHED_OTHER, _SCHED_BATCH) or not attr.runtime:
-        return None
-    return int(attr.runtime // 1000)
+    return None if attr is None else int(attr.runtime // 1000)
 
 
 @contextlib.contextmanager
@@ -108,7 +110,7 @@ def requested_slice(microseconds: int) -> Iterator[None]:
     whoever runs the process) or a kernel without per-thread slices.
     """
     before = _get(0) if microseconds else None
-    if before is None or before.policy not in (_SCHED_OTHER, _SCHED_BATCH) or not before.runtime:
+    if before is None:
         yield
         return
     error = _set(before, microseconds * 1000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import pytest
@@ -21,24 +22,9 @@ pytestmark = pytest.mark.skipif(
 
 
 def on_a_thread(work: Callable[[], T]) -> T:
-    """Run ``work`` on a thread of its own (scheduler settings are per thread), return its
-    result or raise its error."""
-    results: list[T] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            results.append(work())
-        except BaseException as error:
-            errors.append(error)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(WAIT)
-    assert not thread.is_alive()
-    if errors:
-        raise errors[0]
-    return results[0]
+    """Run ``work`` on a thread of its own (scheduler settings are per thread)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(work).result(WAIT)
 
 
 def serve_once(slice_us: int) -> tuple[int | None, int | None, int | None]:

@@ -369,9 +369,7 @@ class LogWriter:
         end = start + sum(map(len, buffers))
         zeros = 0
         if end > segment_log.reserved:
-            zeros = self._block_fill(end, segment_log.segment_bytes)
-            if zeros:
-                buffers.append(_ZEROS[:zeros])
+            zeros = self._fill_block(buffers, end, segment_log.segment_bytes)
         try:
             write_all(self._ops, segment_log.fd, buffers, start)
         except OSError as error:
@@ -391,12 +389,16 @@ class LogWriter:
         pending.written = True
         return None
 
-    def _block_fill(self, end: int, segment_bytes: int) -> int:
-        """How many zeros to write after ``end`` to fill its block (every_batch only, and never
-        past a segment's size, so that a small segment is not mostly zeros)."""
+    def _fill_block(self, buffers: list[bytes | memoryview], end: int, segment_bytes: int) -> int:
+        """Add to ``buffers`` (which end at file offset ``end``) the zeros that fill its block,
+        and return how many: every_batch only, and never past a segment's size, so that a small
+        segment is not mostly zeros."""
         if self._policy is not SyncPolicy.EVERY_BATCH:
             return 0
-        return max(0, min(-end % BLOCK, segment_bytes - end))
+        zeros = max(0, min(-end % BLOCK, segment_bytes - end))
+        if zeros:
+            buffers.append(_ZEROS[:zeros])
+        return zeros
 
     def _sync_batch(self, segment_log: SegmentLog, pending: _Pending) -> None:
         assert segment_log.fd is not None
@@ -429,8 +431,8 @@ class LogWriter:
         ops = self._ops
         old_fd = segment_log.fd
         if old_fd is not None:
-            self._cut_reserve(segment_log, old_fd)
-            if segment_log.dirty:
+            cut = self._cut_reserve(segment_log, old_fd)
+            if cut or segment_log.dirty:  # a sealed segment is synced, cut and all
                 ops.sync(old_fd)
                 segment_log.dirty = False
                 self._dirty.pop(segment_log, None)
@@ -442,8 +444,9 @@ class LogWriter:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             header = encode_segment_header(segment_log.ledger_id, base)
-            zeros = self._block_fill(len(header), segment_log.segment_bytes)
-            write_all(ops, fd, [header, _ZEROS[:zeros]] if zeros else [header], 0)
+            buffers: list[bytes | memoryview] = [header]
+            zeros = self._fill_block(buffers, len(header), segment_log.segment_bytes)
+            write_all(ops, fd, buffers, 0)
             if self._policy is not SyncPolicy.NEVER:
                 ops.sync(fd)
                 ops.sync_dir(segment_log.directory)
@@ -459,13 +462,14 @@ class LogWriter:
         segment_log.reserved = len(header) + zeros
         segment_log.reserving = True
 
-    def _cut_reserve(self, segment_log: SegmentLog, fd: int) -> None:
-        """Cut a segment being sealed or closed back to its records; it is synced after."""
+    def _cut_reserve(self, segment_log: SegmentLog, fd: int) -> bool:
+        """Cut a segment being sealed or closed back to its records; whether there was a cut."""
         # The file's own size, not `reserved`: a reserve that failed may have left zeros too.
-        if os.fstat(fd).st_size > segment_log.size:
+        cut = os.fstat(fd).st_size > segment_log.size
+        if cut:
             self._ops.truncate(fd, segment_log.size)
-            segment_log.dirty = True
         segment_log.reserved = 0
+        return cut
 
     def _settle_creation(self, segment_log: SegmentLog) -> None:
         """Make the ledger's creation durable (once), before anything that depends on it."""
@@ -574,12 +578,11 @@ class LogWriter:
         segment_log.fd = None
         self._dirty.pop(segment_log, None)
         try:
-            unsynced = segment_log.dirty
             # The cut needs no sync of its own: zeros a power loss brings back are read as
             # the reserve they were. So a topic whose records were all synced closes without
             # one.
             self._cut_reserve(segment_log, fd)
-            if unsynced:
+            if segment_log.dirty:
                 self._ops.sync(fd)
         except OSError as error:
             log.error("ledger %d: sealing at close failed: %s", segment_log.ledger_id, error)
